@@ -14,7 +14,8 @@ use crate::vocab::JS_TRIM_CODE_POINTS;
 /// The length of `s` as JavaScript's `String.length` counts it: UTF-16 code units.
 #[must_use]
 pub fn utf16_len(s: &str) -> usize {
-    if s.is_ascii() {
+    // An OR over all bytes vectorizes; any byte >= 0x80 means non-ASCII.
+    if s.bytes().fold(0u8, |acc, b| acc | b) < 0x80 {
         return s.len();
     }
     s.chars().map(char::len_utf16).sum()
@@ -85,9 +86,41 @@ pub fn own_keys_where(
     indexed.into_iter().map(|(_, k)| k).chain(named).collect()
 }
 
-/// Appends `n` in plain decimal.
-pub fn push_usize(out: &mut String, n: usize) {
-    let _ = write!(out, "{n}");
+/// Appends `n` in plain decimal (without going through `core::fmt`, which dominates path
+/// building otherwise).
+pub fn push_usize(out: &mut String, mut n: usize) {
+    if n < 10 {
+        out.push(char::from(b'0' + n as u8));
+        return;
+    }
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
+/// Whether two keys are equal, checking the cheap distinguishing bytes before `memcmp`.
+#[inline]
+#[must_use]
+pub fn key_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    // Keys are short; an inline loop beats a call to `memcmp`.
+    if a.len() <= 16 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    a == b
 }
 
 /// A fixed buffer for one formatted double; `{:e}` of an `f64` never exceeds it.
@@ -259,6 +292,84 @@ fn push_scalar(out: &mut String, value: &Value, in_array: bool) {
 /// without serializing (cards.md §11).
 #[must_use]
 pub fn json_stringify_len(value: &Value) -> usize {
+    len_recursive(value, 0)
+}
+
+/// Whether `JSON.stringify(value)` is longer than `limit` bytes. A cheap upper bound (every
+/// string byte escaped to six, every number at its longest spelling) settles most cards
+/// without reading a single string byte; only cards near the cap are measured exactly.
+#[must_use]
+pub fn json_stringify_len_exceeds(value: &Value, limit: usize) -> bool {
+    if upper_bound(value, 0, limit) <= limit {
+        return false;
+    }
+    json_stringify_len(value) > limit
+}
+
+/// The longest ECMAScript spelling of a double, e.g. `-2.2250738585072014e-308`.
+const MAX_NUMBER_LEN: usize = 24;
+
+/// An upper bound of the stringified length that stops growing past `limit`.
+fn upper_bound(value: &Value, depth: usize, limit: usize) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => MAX_NUMBER_LEN,
+        Value::String(s) => 2 + 6 * s.len(),
+        _ if depth >= RECURSION_BUDGET => usize::MAX,
+        Value::Array(items) => {
+            let mut total = 2 + items.len();
+            for item in items {
+                total = total.saturating_add(upper_bound(item, depth + 1, limit));
+                if total > limit {
+                    return total;
+                }
+            }
+            total
+        }
+        Value::Object(map) => {
+            let mut total = 2 + map.len();
+            for (key, item) in map {
+                total = total
+                    .saturating_add(3 + 6 * key.len())
+                    .saturating_add(upper_bound(item, depth + 1, limit));
+                if total > limit {
+                    return total;
+                }
+            }
+            total
+        }
+    }
+}
+
+/// Nesting handled by plain recursion before switching to an explicit stack; real cards are a
+/// handful of levels deep, hostile ones may be a million.
+const RECURSION_BUDGET: usize = 48;
+
+fn len_recursive(value: &Value, depth: usize) -> usize {
+    match value {
+        Value::Null | Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        Value::Number(n) => number_len(n),
+        Value::String(s) => string_len(s),
+        _ if depth >= RECURSION_BUDGET => len_iterative(value),
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1)
+                + items
+                    .iter()
+                    .map(|v| len_recursive(v, depth + 1))
+                    .sum::<usize>()
+        }
+        Value::Object(map) => {
+            2 + map.len().saturating_sub(1)
+                + map
+                    .iter()
+                    .map(|(k, v)| string_len(k) + 1 + len_recursive(v, depth + 1))
+                    .sum::<usize>()
+        }
+    }
+}
+
+fn len_iterative(value: &Value) -> usize {
     let mut total = 0usize;
     let mut stack: Vec<&Value> = vec![value];
     while let Some(v) = stack.pop() {
@@ -294,9 +405,50 @@ fn number_len(n: &Number) -> usize {
             return 1 + decimal_digits(i.unsigned_abs());
         }
     }
+    let x = number_as_f64(n);
+    if let Some(len) = short_decimal_len(x) {
+        return len;
+    }
     let mut buf = String::new();
-    push_js_number(&mut buf, number_as_f64(n));
+    push_js_number(&mut buf, x);
     buf.len()
+}
+
+/// The length of `Number::toString(x)` for doubles with at most four decimal places, without
+/// running the shortest-digits algorithm.
+///
+/// For the smallest `p` such that `r = round(x * 10^p)` divided by `10^p` is exactly `x`, the
+/// decimal `r × 10^-p` round-trips (both operands are exact, so the quotient is the correctly
+/// rounded value `JSON.parse` gives that decimal). Keeping `x * 10^p` below 2^49 makes the
+/// spacing of doubles there at most 1/8, so no other integer can round-trip and `r` is the
+/// digit string ECMAScript chooses.
+fn short_decimal_len(x: f64) -> Option<usize> {
+    const SCALES: [f64; 5] = [1.0, 10.0, 100.0, 1_000.0, 10_000.0];
+    const SCALED_MAX: f64 = (1u64 << 49) as f64;
+    let sign = usize::from(x < 0.0);
+    let a = x.abs();
+    if a < 1e-4 {
+        return None;
+    }
+    for (p, scale) in SCALES.iter().enumerate() {
+        let y = a * scale;
+        if y >= SCALED_MAX {
+            return None;
+        }
+        let r = y.round();
+        if r / scale == a {
+            // `r` < 2^49 here, so the cast is exact.
+            let digits = decimal_digits(r as u64);
+            return Some(
+                sign + if a < 1.0 {
+                    2 + p
+                } else {
+                    digits + usize::from(p > 0)
+                },
+            );
+        }
+    }
+    None
 }
 
 fn decimal_digits(mut u: u64) -> usize {
@@ -308,21 +460,55 @@ fn decimal_digits(mut u: u64) -> usize {
     digits
 }
 
+/// [`escape_extra`] as a table, for branch-free loops.
+const ESCAPE_EXTRA: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = escape_extra(b as u8) as u8;
+        b += 1;
+    }
+    table
+};
+
+/// Bytes an escape adds beyond the character's own byte.
+#[inline]
+const fn escape_extra(b: u8) -> usize {
+    match b {
+        b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
+        0..=0x1f => 5,
+        _ => 0,
+    }
+}
+
 /// Serialized length of a JSON string under `JSON.stringify`: quotes, two-byte short escapes,
 /// six-byte `\u00XX` escapes for other controls, raw UTF-8 for everything else.
+#[inline]
 fn string_len(s: &str) -> usize {
-    let mut len = 2 + s.len();
-    for &b in s.as_bytes() {
-        if b < 0x20 {
-            len += match b {
-                0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
-                _ => 5,
-            };
-        } else if b == b'"' || b == b'\\' {
-            len += 1;
+    let bytes = s.as_bytes();
+    if bytes.len() < 64 {
+        // Short strings (keys, labels): a branch-free table sum.
+        let extra: usize = bytes
+            .iter()
+            .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
+            .sum();
+        return 2 + bytes.len() + extra;
+    }
+    let mut extra = 0usize;
+    // Most blocks need no escape at all: a vectorizable OR-reduction finds the ones that do,
+    // and only those are counted byte by byte.
+    for block in bytes.chunks(64) {
+        let needs_escape = block.iter().fold(false, |acc, &b| {
+            acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+        });
+        if needs_escape {
+            extra += block
+                .iter()
+                .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
+                .sum::<usize>();
         }
     }
-    len
+    2 + bytes.len() + extra
 }
 
 #[cfg(test)]

@@ -14,11 +14,15 @@ use crate::vocab::{
 };
 use crate::Validation;
 
-/// A set of strings seen in one uniqueness scope: a short list while small, hashed when large,
-/// so hostile cards with thousands of ids stay linear.
+/// Entries kept inline before a scope spills to a hash set.
+const SEEN_INLINE: usize = 16;
+
+/// A set of strings seen in one uniqueness scope: an inline list while small (no allocation for
+/// ordinary cards), hashed when large, so hostile cards with thousands of ids stay linear.
 #[derive(Default)]
 struct Seen<'a> {
-    small: Vec<&'a str>,
+    inline: [&'a str; SEEN_INLINE],
+    len: usize,
     large: Option<HashSet<&'a str>>,
 }
 
@@ -28,12 +32,19 @@ impl<'a> Seen<'a> {
         if let Some(set) = &mut self.large {
             return set.insert(s);
         }
-        if self.small.contains(&s) {
+        if self.inline[..self.len]
+            .iter()
+            .any(|seen| js::key_eq(seen, s))
+        {
             return false;
         }
-        self.small.push(s);
-        if self.small.len() > 32 {
-            self.large = Some(self.small.drain(..).collect());
+        if self.len < SEEN_INLINE {
+            self.inline[self.len] = s;
+            self.len += 1;
+        } else {
+            let mut set: HashSet<&'a str> = self.inline.iter().copied().collect();
+            set.insert(s);
+            self.large = Some(set);
         }
         true
     }
@@ -45,20 +56,26 @@ pub(crate) fn validate(card: &Value) -> Validation {
     };
     let mut v = Validator {
         errors: Vec::new(),
-        path: String::with_capacity(96),
+        segments: Vec::with_capacity(16),
         action_ids: Seen::default(),
         total_actions: 0,
         actions_blocks: 0,
     };
-    v.path.push_str("card");
     v.card(card, object);
     Validation::from_errors(v.errors)
 }
 
+/// One step of a path: `.key` or `[index]`.
+#[derive(Clone, Copy)]
+enum Segment {
+    Key(&'static str),
+    Index(usize),
+}
+
 struct Validator<'a> {
     errors: Vec<String>,
-    /// The path of the value being checked (cards.md §2.3); pushed and truncated as we descend.
-    path: String,
+    /// The path of the value being checked, as segments below `card`.
+    segments: Vec<Segment>,
     action_ids: Seen<'a>,
     total_actions: usize,
     actions_blocks: usize,
@@ -66,30 +83,49 @@ struct Validator<'a> {
 
 impl<'a> Validator<'a> {
     // ---- path handling -------------------------------------------------------------------
+    //
+    // The path is kept as segments and rendered only when a message needs it: valid cards never
+    // pay for formatting.
 
-    fn push_key(&mut self, key: &str) -> usize {
-        let mark = self.path.len();
-        self.path.push('.');
-        self.path.push_str(key);
+    fn push_key(&mut self, key: &'static str) -> usize {
+        let mark = self.segments.len();
+        self.segments.push(Segment::Key(key));
         mark
     }
 
     fn push_index(&mut self, index: usize) -> usize {
-        let mark = self.path.len();
-        self.path.push('[');
-        js::push_usize(&mut self.path, index);
-        self.path.push(']');
+        let mark = self.segments.len();
+        self.segments.push(Segment::Index(index));
         mark
     }
 
     fn pop(&mut self, mark: usize) {
-        self.path.truncate(mark);
+        self.segments.truncate(mark);
     }
 
-    /// The path of `key` below the current path, as an owned string (for messages).
+    /// The current path (cards.md §2.3).
+    fn path(&self) -> String {
+        let mut p = String::with_capacity(16 + 12 * self.segments.len());
+        p.push_str("card");
+        for segment in &self.segments {
+            match segment {
+                Segment::Key(key) => {
+                    p.push('.');
+                    p.push_str(key);
+                }
+                Segment::Index(index) => {
+                    p.push('[');
+                    js::push_usize(&mut p, *index);
+                    p.push(']');
+                }
+            }
+        }
+        p
+    }
+
+    /// The path of `key` below the current path.
     fn key_path(&self, key: &str) -> String {
-        let mut p = String::with_capacity(self.path.len() + 1 + key.len());
-        p.push_str(&self.path);
+        let mut p = self.path();
         p.push('.');
         p.push_str(key);
         p
@@ -98,12 +134,13 @@ impl<'a> Validator<'a> {
     // ---- primitive rules (cards.md §4) ---------------------------------------------------
 
     /// M05 for every key of `object` outside `allowed`, in ECMAScript own-key order.
-    fn allowed_keys(&mut self, object: &Map<String, Value>, allowed: &[&str]) {
-        if object.keys().all(|k| allowed.contains(&k.as_str())) {
+    fn allowed_keys(&mut self, object: &Map<String, Value>, is_allowed: fn(&str) -> bool) {
+        if object.keys().all(|k| is_allowed(k)) {
             return;
         }
-        for key in js::own_keys_where(object, |k| !allowed.contains(&k)) {
-            self.errors.push(msg::m05(&self.path, key));
+        let path = self.path();
+        for key in js::own_keys_where(object, |k| !is_allowed(k)) {
+            self.errors.push(msg::m05(&path, key));
         }
     }
 
@@ -112,16 +149,22 @@ impl<'a> Validator<'a> {
         match value.as_str() {
             Some(s) if !js::is_blank(s) => {
                 if js::utf16_len(s) > max {
-                    self.errors.push(msg::m07(&self.path, max));
+                    self.errors.push(msg::m07(&self.path(), max));
                 }
             }
-            _ => self.errors.push(msg::m06(&self.path)),
+            _ => self.errors.push(msg::m06(&self.path())),
         }
     }
 
     /// The string rule on `object[key]`.
-    fn string(&mut self, object: &Map<String, Value>, key: &str, required: bool, max: usize) {
-        match object.get(key) {
+    fn string(
+        &mut self,
+        object: &Map<String, Value>,
+        key: &'static str,
+        required: bool,
+        max: usize,
+    ) {
+        match get(object, key) {
             None if required => self.errors.push(msg::m06(&self.key_path(key))),
             None => {}
             Some(value) => {
@@ -140,7 +183,7 @@ impl<'a> Validator<'a> {
         vocabulary: &[&str],
         message: fn(&str) -> String,
     ) {
-        if let Some(value) = object.get(key) {
+        if let Some(value) = get(object, key) {
             if !in_vocabulary(value, vocabulary) {
                 self.errors.push(message(&self.key_path(key)));
             }
@@ -155,17 +198,14 @@ impl<'a> Validator<'a> {
         vocabulary: &[&str],
         message: fn(&str) -> String,
     ) {
-        if !object
-            .get(key)
-            .is_some_and(|v| in_vocabulary(v, vocabulary))
-        {
+        if !get(object, key).is_some_and(|v| in_vocabulary(v, vocabulary)) {
             self.errors.push(message(&self.key_path(key)));
         }
     }
 
     /// The id rule (M09); returns the id when it is valid.
     fn id(&mut self, object: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-        match object.get(key).and_then(Value::as_str) {
+        match get(object, key).and_then(Value::as_str) {
             Some(id) if is_valid_id(id) => Some(id),
             _ => {
                 self.errors.push(msg::m09(&self.key_path(key)));
@@ -185,7 +225,7 @@ impl<'a> Validator<'a> {
 
     /// A finite number, when present (or always, when `required`); M15.
     fn finite_number(&mut self, object: &Map<String, Value>, key: &str, required: bool) {
-        match object.get(key) {
+        match get(object, key) {
             None if !required => {}
             value => {
                 if finite(value).is_none() {
@@ -197,7 +237,7 @@ impl<'a> Validator<'a> {
 
     /// A non-negative integer when present (M18); returns the value when valid.
     fn non_negative_integer(&mut self, object: &Map<String, Value>, key: &str) -> Option<f64> {
-        let value = object.get(key)?;
+        let value = get(object, key)?;
         match finite(Some(value)) {
             Some(x) if x.fract() == 0.0 && x >= 0.0 => Some(x),
             _ => {
@@ -208,7 +248,7 @@ impl<'a> Validator<'a> {
     }
 
     fn unit_interval(&mut self, object: &Map<String, Value>, key: &str) {
-        if let Some(value) = object.get(key) {
+        if let Some(value) = get(object, key) {
             if !finite(Some(value)).is_some_and(|x| (0.0..=1.0).contains(&x)) {
                 self.errors.push(msg::m19(&self.key_path(key)));
             }
@@ -216,7 +256,7 @@ impl<'a> Validator<'a> {
     }
 
     fn boolean(&mut self, object: &Map<String, Value>, key: &str) {
-        if object.get(key).is_some_and(|v| !v.is_boolean()) {
+        if get(object, key).is_some_and(|v| !v.is_boolean()) {
             self.errors.push(msg::m27(&self.key_path(key)));
         }
     }
@@ -228,12 +268,12 @@ impl<'a> Validator<'a> {
         match value.and_then(Value::as_array) {
             Some(items) if !items.is_empty() => {
                 if items.len() > limit {
-                    self.errors.push(msg::m11(&self.path, limit));
+                    self.errors.push(msg::m11(&self.path(), limit));
                 }
                 Some(items)
             }
             _ => {
-                self.errors.push(msg::m10(&self.path));
+                self.errors.push(msg::m10(&self.path()));
                 None
             }
         }
@@ -243,12 +283,12 @@ impl<'a> Validator<'a> {
     fn each_entry(
         &mut self,
         object: &'a Map<String, Value>,
-        key: &str,
+        key: &'static str,
         limit: usize,
         mut visit: impl FnMut(&mut Self, &'a Value),
     ) {
         let mark = self.push_key(key);
-        if let Some(items) = self.array(object.get(key), limit) {
+        if let Some(items) = self.array(get(object, key), limit) {
             for (i, item) in items.iter().enumerate() {
                 let entry = self.push_index(i);
                 visit(self, item);
@@ -262,7 +302,7 @@ impl<'a> Validator<'a> {
     fn record(&mut self, value: &'a Value) -> Option<&'a Map<String, Value>> {
         let object = value.as_object();
         if object.is_none() {
-            self.errors.push(msg::m12(&self.path));
+            self.errors.push(msg::m12(&self.path()));
         }
         object
     }
@@ -270,18 +310,18 @@ impl<'a> Validator<'a> {
     // ---- records -------------------------------------------------------------------------
 
     fn card(&mut self, card: &'a Value, object: &'a Map<String, Value>) {
-        if js::json_stringify_len(card) > vocab::MAX_CARD_BYTES {
+        if js::json_stringify_len_exceeds(card, vocab::MAX_CARD_BYTES) {
             self.errors.push(msg::m03());
         }
-        if object.get("schema").and_then(Value::as_str) != Some(vocab::CARD_SCHEMA) {
+        if get(object, "schema").and_then(Value::as_str) != Some(vocab::CARD_SCHEMA) {
             self.errors.push(msg::m04());
         }
-        self.allowed_keys(object, &vocab::ALLOWED_KEYS_CARD);
+        self.allowed_keys(object, vocab::is_allowed_key_card);
         self.string(object, "title", true, vocab::CAP_CARD_TITLE);
         self.string(object, "fallbackText", true, vocab::CAP_CARD_FALLBACK_TEXT);
         self.string(object, "template", false, vocab::CAP_CARD_TEMPLATE);
         self.optional_enum(object, "tone", &vocab::TONES, msg::m08);
-        if object.contains_key("cardId") {
+        if has(object, "cardId") {
             self.id(object, "cardId");
         }
         self.each_entry(object, "blocks", LIMITS.blocks, |v, block| v.block(block));
@@ -295,10 +335,10 @@ impl<'a> Validator<'a> {
         let Some(block) = self.record(value) else {
             return;
         };
-        let kind = block.get("kind");
+        let kind = get(block, "kind");
         let Some(kind_name) = kind
             .and_then(Value::as_str)
-            .filter(|k| vocab::BLOCK_KINDS.contains(k))
+            .filter(|k| contains(&vocab::BLOCK_KINDS, k))
         else {
             let rendered = js::js_string_of(kind);
             self.errors
@@ -308,26 +348,26 @@ impl<'a> Validator<'a> {
         self.string(block, "title", false, vocab::CAP_BLOCK_TITLE);
         match kind_name {
             "summary" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_SUMMARY);
+                self.allowed_keys(block, vocab::is_allowed_key_summary);
                 self.string(block, "text", true, vocab::CAP_SUMMARY_TEXT);
             }
             "callout" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_CALLOUT);
+                self.allowed_keys(block, vocab::is_allowed_key_callout);
                 self.string(block, "text", true, vocab::CAP_CALLOUT_TEXT);
                 self.optional_enum(block, "tone", &vocab::TONES, msg::m08);
             }
             "metricGrid" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_METRIC_GRID);
+                self.allowed_keys(block, vocab::is_allowed_key_metric_grid);
                 self.each_entry(block, "metrics", LIMITS.metrics, Self::metric);
             }
             "chart" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_CHART);
+                self.allowed_keys(block, vocab::is_allowed_key_chart);
                 self.required_enum(block, "chart", &vocab::CHART_TYPES, msg::m14);
                 self.string(block, "yLabel", false, vocab::CAP_CHART_Y_LABEL);
                 self.each_entry(block, "series", LIMITS.series, Self::series);
             }
             "table" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_TABLE);
+                self.allowed_keys(block, vocab::is_allowed_key_table);
                 self.each_entry(block, "columns", LIMITS.columns, |v, header| {
                     v.string_value(header, vocab::CAP_TABLE_COLUMNS_ENTRY);
                 });
@@ -342,11 +382,11 @@ impl<'a> Validator<'a> {
                 });
             }
             "list" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_LIST);
+                self.allowed_keys(block, vocab::is_allowed_key_list);
                 self.each_entry(block, "items", LIMITS.list_items, Self::list_item);
             }
             "mediaPreview" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_MEDIA_PREVIEW);
+                self.allowed_keys(block, vocab::is_allowed_key_media_preview);
                 self.string(
                     block,
                     "fallbackText",
@@ -354,20 +394,20 @@ impl<'a> Validator<'a> {
                     vocab::CAP_MEDIA_PREVIEW_FALLBACK_TEXT,
                 );
                 let mark = self.push_key("media");
-                match block.get("media").and_then(Value::as_object) {
+                match get(block, "media").and_then(Value::as_object) {
                     Some(media) => self.media(media),
-                    None => self.errors.push(msg::m12(&self.path)),
+                    None => self.errors.push(msg::m12(&self.path())),
                 }
                 self.pop(mark);
             }
             "details" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_DETAILS);
+                self.allowed_keys(block, vocab::is_allowed_key_details);
                 self.each_entry(block, "rows", LIMITS.details_rows, Self::details_row);
             }
             "actions" => {
-                self.allowed_keys(block, &vocab::ALLOWED_KEYS_ACTIONS);
+                self.allowed_keys(block, vocab::is_allowed_key_actions);
                 if self.actions_blocks > 0 {
-                    self.errors.push(msg::m20(&self.path));
+                    self.errors.push(msg::m20(&self.path()));
                 }
                 self.actions_blocks += 1;
                 self.each_entry(block, "actions", LIMITS.actions, Self::action);
@@ -384,7 +424,7 @@ impl<'a> Validator<'a> {
         let Some(metric) = self.record(value) else {
             return;
         };
-        self.allowed_keys(metric, &vocab::ALLOWED_KEYS_METRIC);
+        self.allowed_keys(metric, vocab::is_allowed_key_metric);
         self.string(metric, "label", true, vocab::CAP_METRIC_LABEL);
         self.string(metric, "value", true, vocab::CAP_METRIC_VALUE);
         self.string(metric, "delta", false, vocab::CAP_METRIC_DELTA);
@@ -395,7 +435,7 @@ impl<'a> Validator<'a> {
         let Some(series) = self.record(value) else {
             return;
         };
-        self.allowed_keys(series, &vocab::ALLOWED_KEYS_SERIES);
+        self.allowed_keys(series, vocab::is_allowed_key_series);
         self.string(series, "name", false, vocab::CAP_SERIES_NAME);
         self.each_entry(series, "points", LIMITS.points, Self::point);
     }
@@ -404,7 +444,7 @@ impl<'a> Validator<'a> {
         let Some(point) = self.record(value) else {
             return;
         };
-        self.allowed_keys(point, &vocab::ALLOWED_KEYS_POINT);
+        self.allowed_keys(point, vocab::is_allowed_key_point);
         self.string(point, "x", true, vocab::CAP_POINT_X);
         self.finite_number(point, "y", true);
     }
@@ -413,14 +453,14 @@ impl<'a> Validator<'a> {
         let Some(item) = self.record(value) else {
             return;
         };
-        self.allowed_keys(item, &vocab::ALLOWED_KEYS_LIST_ITEM);
+        self.allowed_keys(item, vocab::is_allowed_key_list_item);
         self.string(item, "label", true, vocab::CAP_LIST_ITEM_LABEL);
         self.string(item, "detail", false, vocab::CAP_LIST_ITEM_DETAIL);
         self.optional_enum(item, "status", &vocab::LIST_STATUSES, msg::m16);
     }
 
     fn media(&mut self, media: &'a Map<String, Value>) {
-        self.allowed_keys(media, &vocab::ALLOWED_KEYS_MEDIA);
+        self.allowed_keys(media, vocab::is_allowed_key_media);
         self.required_enum(media, "kind", &vocab::MEDIA_KINDS, msg::m17);
         self.string(media, "url", true, vocab::CAP_MEDIA_URL);
         self.string(media, "mimeType", true, vocab::CAP_MEDIA_MIME_TYPE);
@@ -434,7 +474,7 @@ impl<'a> Validator<'a> {
         let Some(row) = self.record(value) else {
             return;
         };
-        self.allowed_keys(row, &vocab::ALLOWED_KEYS_DETAILS_ROW);
+        self.allowed_keys(row, vocab::is_allowed_key_details_row);
         self.string(row, "label", true, vocab::CAP_DETAILS_ROW_LABEL);
         self.string(row, "value", true, vocab::CAP_DETAILS_ROW_VALUE);
         self.optional_enum(row, "tone", &vocab::TONES, msg::m08);
@@ -446,13 +486,13 @@ impl<'a> Validator<'a> {
         let Some(action) = self.record(value) else {
             return;
         };
-        self.allowed_keys(action, &vocab::ALLOWED_KEYS_ACTION);
+        self.allowed_keys(action, vocab::is_allowed_key_action);
         let mut ids = std::mem::take(&mut self.action_ids);
         self.unique_id(action, &mut ids);
         self.action_ids = ids;
         self.string(action, "label", true, vocab::CAP_ACTION_LABEL);
         self.optional_enum(action, "tone", &vocab::TONES, msg::m08);
-        if action.contains_key("fields") {
+        if has(action, "fields") {
             let mut field_ids = Seen::default();
             self.each_entry(action, "fields", LIMITS.fields, |v, field| {
                 v.field(field, &mut field_ids);
@@ -465,13 +505,12 @@ impl<'a> Validator<'a> {
         let Some(field) = self.record(value) else {
             return;
         };
-        self.allowed_keys(field, &vocab::ALLOWED_KEYS_FIELD);
+        self.allowed_keys(field, vocab::is_allowed_key_field);
         self.unique_id(field, field_ids);
         self.string(field, "label", true, vocab::CAP_FIELD_LABEL);
-        let field_type = field
-            .get("type")
+        let field_type = get(field, "type")
             .and_then(Value::as_str)
-            .filter(|t| vocab::FIELD_TYPES.contains(t));
+            .filter(|t| contains(&vocab::FIELD_TYPES, t));
         if field_type.is_none() {
             self.errors.push(msg::m29(&self.key_path("type")));
         }
@@ -481,7 +520,7 @@ impl<'a> Validator<'a> {
         self.boolean(field, "allowOther");
         self.boolean(field, "sensitive");
 
-        let choices = field.get("choices");
+        let choices = get(field, "choices");
         if rule.choices_required && !choices.is_some_and(Value::is_array) {
             let type_name = field_type.unwrap_or_default();
             self.errors
@@ -495,27 +534,27 @@ impl<'a> Validator<'a> {
             Some(kind) => self.bounds(field, kind),
             None => {
                 for key in ["min", "max"] {
-                    if field.contains_key(key) {
+                    if has(field, key) {
                         self.errors.push(msg::m31(&self.key_path(key)));
                     }
                 }
             }
         }
-        if field.contains_key("step") {
+        if has(field, "step") {
             if rule.step {
                 self.finite_number(field, "step", false);
             } else {
                 self.errors.push(msg::m32(&self.key_path("step")));
             }
         }
-        if field.contains_key("precision") {
+        if has(field, "precision") {
             if rule.precision {
                 self.non_negative_integer(field, "precision");
             } else {
                 self.errors.push(msg::m32(&self.key_path("precision")));
             }
         }
-        if field.contains_key("currencyCode") {
+        if has(field, "currencyCode") {
             if rule.currency_code {
                 self.string(field, "currencyCode", false, vocab::CAP_FIELD_CURRENCY_CODE);
             } else {
@@ -523,7 +562,7 @@ impl<'a> Validator<'a> {
             }
         }
         if rule.line_items {
-            if field.get("columns").is_some_and(Value::is_array) {
+            if get(field, "columns").is_some_and(Value::is_array) {
                 let mut column_ids = Seen::default();
                 self.each_entry(field, "columns", LIMITS.line_item_columns, |v, column| {
                     v.line_item_column(column, &mut column_ids);
@@ -549,7 +588,7 @@ impl<'a> Validator<'a> {
             }
         } else {
             for key in ["columns", "minRows", "maxRows"] {
-                if field.contains_key(key) {
+                if has(field, key) {
                     self.errors.push(msg::m36(&self.key_path(key)));
                 }
             }
@@ -569,18 +608,20 @@ impl<'a> Validator<'a> {
         let Some(choice) = self.record(value) else {
             return;
         };
-        self.allowed_keys(choice, &vocab::ALLOWED_KEYS_CHOICE);
+        self.allowed_keys(choice, vocab::is_allowed_key_choice);
         self.string(choice, "label", true, vocab::CAP_CHOICE_LABEL);
         self.string(choice, "value", false, vocab::CAP_CHOICE_VALUE);
         self.string(choice, "description", false, vocab::CAP_CHOICE_DESCRIPTION);
         self.string(choice, "preview", false, vocab::CAP_CHOICE_PREVIEW);
-        let key = match choice.get("value").and_then(Value::as_str) {
+        let key = match get(choice, "value").and_then(Value::as_str) {
             Some(value) if !js::is_blank(value) => Some(js::js_trim(value)),
-            _ => choice.get("label").and_then(Value::as_str).map(js::js_trim),
+            _ => get(choice, "label")
+                .and_then(Value::as_str)
+                .map(js::js_trim),
         };
         if let Some(key) = key.filter(|k| !k.is_empty()) {
             if !keys.insert(key) {
-                self.errors.push(msg::m23(&self.path, key));
+                self.errors.push(msg::m23(&self.path(), key));
             }
         }
     }
@@ -607,7 +648,7 @@ impl<'a> Validator<'a> {
 
     /// A numeric bound when present (M15); returns it when valid.
     fn number_bound(&mut self, object: &Map<String, Value>, key: &str) -> Option<f64> {
-        let value = object.get(key)?;
+        let value = get(object, key)?;
         let x = finite(Some(value));
         if x.is_none() {
             self.errors.push(msg::m15(&self.key_path(key)));
@@ -617,7 +658,7 @@ impl<'a> Validator<'a> {
 
     /// A date bound when present (M24); returns it when valid.
     fn date_bound<'o>(&mut self, object: &'o Map<String, Value>, key: &str) -> Option<&'o str> {
-        let value = object.get(key)?;
+        let value = get(object, key)?;
         let date = value.as_str().filter(|s| is_iso_date(s));
         if date.is_none() {
             self.errors.push(msg::m24(&self.key_path(key)));
@@ -629,17 +670,17 @@ impl<'a> Validator<'a> {
         let Some(column) = self.record(value) else {
             return;
         };
-        self.allowed_keys(column, &vocab::ALLOWED_KEYS_LINE_ITEM_COLUMN);
+        self.allowed_keys(column, vocab::is_allowed_key_line_item_column);
         self.unique_id(column, column_ids);
         self.string(column, "label", true, vocab::CAP_LINE_ITEM_COLUMN_LABEL);
         self.required_enum(column, "type", &vocab::LINE_ITEM_COLUMN_TYPES, msg::m26);
         self.boolean(column, "required");
         self.boolean(column, "allowOther");
-        let column_type = column.get("type").and_then(Value::as_str);
-        if column_type == Some("select") && !column.get("choices").is_some_and(Value::is_array) {
+        let column_type = get(column, "type").and_then(Value::as_str);
+        if column_type == Some("select") && !get(column, "choices").is_some_and(Value::is_array) {
             self.errors.push(msg::m28(&self.key_path("choices")));
         }
-        if column.contains_key("choices") {
+        if has(column, "choices") {
             self.choices(column, LIMITS.choices);
         }
         let kind = if column_type == Some("date") {
@@ -659,8 +700,30 @@ impl<'a> Validator<'a> {
     }
 }
 
+/// `object[key]`. Card records hold a handful of keys, where comparing keys in order beats
+/// hashing the probe with SipHash; large (hostile) objects fall back to the hash index.
+#[inline]
+fn get<'o>(object: &'o Map<String, Value>, key: &str) -> Option<&'o Value> {
+    if object.len() <= 16 {
+        object
+            .iter()
+            .find(|(k, _)| js::key_eq(k, key))
+            .map(|(_, v)| v)
+    } else {
+        get(object, key)
+    }
+}
+
+fn has(object: &Map<String, Value>, key: &str) -> bool {
+    get(object, key).is_some()
+}
+
 fn in_vocabulary(value: &Value, vocabulary: &[&str]) -> bool {
-    value.as_str().is_some_and(|s| vocabulary.contains(&s))
+    value.as_str().is_some_and(|s| contains(vocabulary, s))
+}
+
+fn contains(vocabulary: &[&str], s: &str) -> bool {
+    vocabulary.iter().any(|v| js::key_eq(v, s))
 }
 
 /// The finite double of a JSON number; `None` for anything else (booleans are not numbers).
@@ -669,12 +732,22 @@ fn finite(value: Option<&Value>) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
+/// Membership table of the id alphabet, built at compile time from the generated vocabulary.
+const ID_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let alphabet = vocab::ACTION_ID_ALPHABET.as_bytes();
+    let mut i = 0;
+    while i < alphabet.len() {
+        table[alphabet[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
+
 /// cards.md §2.7: 1 to 80 characters from the id alphabet.
 fn is_valid_id(id: &str) -> bool {
     (vocab::ACTION_ID_MIN_LEN..=vocab::ACTION_ID_MAX_LEN).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| vocab::ACTION_ID_ALPHABET.as_bytes().contains(&b))
+        && id.bytes().all(|b| ID_BYTES[usize::from(b)])
 }
 
 /// cards.md §2.7: `DDDD-DD-DD` with ASCII digits, no calendar check.
@@ -694,7 +767,7 @@ fn field_type_rule(field_type: Option<&str>) -> &'static FieldTypeRule {
         .and_then(|t| {
             vocab::FIELD_TYPE_RULES
                 .iter()
-                .find(|rule| rule.field_type == Some(t))
+                .find(|rule| rule.field_type.is_some_and(|f| js::key_eq(f, t)))
         })
         .unwrap_or(&vocab::UNRECOGNIZED_FIELD_TYPE_RULE)
 }

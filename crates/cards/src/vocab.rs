@@ -274,6 +274,215 @@ pub const ALLOWED_KEYS_LINE_ITEM_COLUMN: [&str; 11] = [
     "currencyCode",
     "allowOther",
 ];
+/// Whether `key` is in [`ALLOWED_KEYS_CARD`].
+#[must_use]
+pub fn is_allowed_key_card(key: &str) -> bool {
+    match key.len() {
+        4 => key == "tone",
+        5 => key == "title",
+        6 => key == "schema" || key == "cardId" || key == "blocks",
+        8 => key == "template",
+        12 => key == "fallbackText",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_SUMMARY`].
+#[must_use]
+pub fn is_allowed_key_summary(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind" || key == "text",
+        5 => key == "title",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_CALLOUT`].
+#[must_use]
+pub fn is_allowed_key_callout(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind" || key == "text" || key == "tone",
+        5 => key == "title",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_METRIC_GRID`].
+#[must_use]
+pub fn is_allowed_key_metric_grid(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind",
+        5 => key == "title",
+        7 => key == "metrics",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_METRIC`].
+#[must_use]
+pub fn is_allowed_key_metric(key: &str) -> bool {
+    match key.len() {
+        4 => key == "tone",
+        5 => key == "label" || key == "value" || key == "delta",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_CHART`].
+#[must_use]
+pub fn is_allowed_key_chart(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind",
+        5 => key == "title" || key == "chart",
+        6 => key == "yLabel" || key == "series",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_SERIES`].
+#[must_use]
+pub fn is_allowed_key_series(key: &str) -> bool {
+    match key.len() {
+        4 => key == "name",
+        6 => key == "points",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_POINT`].
+#[must_use]
+pub fn is_allowed_key_point(key: &str) -> bool {
+    match key.len() {
+        1 => key == "x" || key == "y",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_TABLE`].
+#[must_use]
+pub fn is_allowed_key_table(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind" || key == "rows",
+        5 => key == "title",
+        7 => key == "columns",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_LIST`].
+#[must_use]
+pub fn is_allowed_key_list(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind",
+        5 => key == "title" || key == "items",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_LIST_ITEM`].
+#[must_use]
+pub fn is_allowed_key_list_item(key: &str) -> bool {
+    match key.len() {
+        5 => key == "label",
+        6 => key == "detail" || key == "status",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_MEDIA_PREVIEW`].
+#[must_use]
+pub fn is_allowed_key_media_preview(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind",
+        5 => key == "title" || key == "media",
+        12 => key == "fallbackText",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_MEDIA`].
+#[must_use]
+pub fn is_allowed_key_media(key: &str) -> bool {
+    match key.len() {
+        3 => key == "url",
+        4 => key == "kind" || key == "page",
+        8 => key == "mimeType" || key == "fileName",
+        9 => key == "pageCount",
+        12 => key == "thumbnailUrl",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_DETAILS`].
+#[must_use]
+pub fn is_allowed_key_details(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind" || key == "rows",
+        5 => key == "title",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_DETAILS_ROW`].
+#[must_use]
+pub fn is_allowed_key_details_row(key: &str) -> bool {
+    match key.len() {
+        4 => key == "tone" || key == "hint",
+        5 => key == "label" || key == "value",
+        10 => key == "confidence",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_ACTIONS`].
+#[must_use]
+pub fn is_allowed_key_actions(key: &str) -> bool {
+    match key.len() {
+        4 => key == "kind",
+        5 => key == "title",
+        7 => key == "actions",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_ACTION`].
+#[must_use]
+pub fn is_allowed_key_action(key: &str) -> bool {
+    match key.len() {
+        2 => key == "id",
+        4 => key == "tone",
+        5 => key == "label",
+        6 => key == "fields",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_FIELD`].
+#[must_use]
+pub fn is_allowed_key_field(key: &str) -> bool {
+    match key.len() {
+        2 => key == "id",
+        3 => key == "min" || key == "max",
+        4 => key == "type" || key == "step",
+        5 => key == "label",
+        7 => key == "choices" || key == "columns" || key == "minRows" || key == "maxRows",
+        8 => key == "required",
+        9 => key == "sensitive" || key == "precision",
+        10 => key == "allowOther",
+        11 => key == "placeholder",
+        12 => key == "currencyCode",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_CHOICE`].
+#[must_use]
+pub fn is_allowed_key_choice(key: &str) -> bool {
+    match key.len() {
+        5 => key == "label" || key == "value",
+        7 => key == "preview",
+        11 => key == "description",
+        _ => false,
+    }
+}
+/// Whether `key` is in [`ALLOWED_KEYS_LINE_ITEM_COLUMN`].
+#[must_use]
+pub fn is_allowed_key_line_item_column(key: &str) -> bool {
+    match key.len() {
+        2 => key == "id",
+        3 => key == "min" || key == "max",
+        4 => key == "type" || key == "step",
+        5 => key == "label",
+        7 => key == "choices",
+        8 => key == "required",
+        9 => key == "precision",
+        10 => key == "allowOther",
+        12 => key == "currencyCode",
+        _ => false,
+    }
+}
 /// One string cap of cards.md §10.2 (UTF-16 code units).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StringCap {

@@ -222,3 +222,37 @@ fn not_json_text_is_a_clear_error() {
         "serde_json refuses infinite numbers"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The fast size check agrees with the exact length for every limit around it.
+    #[test]
+    fn size_check_agrees_with_exact_length(value in arb_json(), slack in 0usize..64) {
+        let exact = json_stringify_len(&value);
+        for limit in [exact.saturating_sub(slack), exact, exact + slack] {
+            prop_assert_eq!(js::json_stringify_len_exceeds(&value, limit), exact > limit);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    /// Short decimals (the common case in cards) are measured by a fast path; it must agree
+    /// with the full `Number::toString`.
+    #[test]
+    fn short_decimal_lengths_match_number_to_string(
+        units in -9_000_000_000_000_000i64..9_000_000_000_000_000,
+        places in 0u32..6,
+    ) {
+        let x = units as f64 / 10f64.powi(places as i32);
+        let value = json!(x);
+        prop_assert_eq!(json_stringify_len(&value), js::js_number_string(x).len(), "x = {}", x);
+    }
+
+    #[test]
+    fn any_double_length_matches_number_to_string(x in any::<f64>().prop_filter("finite", |x| x.is_finite())) {
+        prop_assert_eq!(json_stringify_len(&json!(x)), js::js_number_string(x).len());
+    }
+}

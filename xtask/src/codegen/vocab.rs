@@ -235,6 +235,40 @@ pub(crate) fn generate(registry: &Registry) -> anyhow::Result<Artifact> {
         wl(w, "];");
     }
 
+    // Allowed-key matchers: dispatch on length, then compare against the few keys of that
+    // length (the validator runs one per key of every record).
+    for record in RECORDS {
+        let keys = registry.str_list_at(&format!("/records/{record}/allowedKeys"))?;
+        let mut by_len: std::collections::BTreeMap<usize, Vec<&str>> = Default::default();
+        for k in &keys {
+            by_len.entry(k.len()).or_default().push(k);
+        }
+        doc(
+            w,
+            &format!(
+                "Whether `key` is in [`ALLOWED_KEYS_{}`].",
+                screaming_snake(record)
+            ),
+        );
+        wl(w, "#[must_use]");
+        wl(
+            w,
+            &format!(
+                "pub fn is_allowed_key_{}(key: &str) -> bool {{",
+                snake(record)
+            ),
+        );
+        wl(w, "match key.len() {");
+        for (len, ks) in &by_len {
+            let alternatives: Vec<String> =
+                ks.iter().map(|k| format!("key == {}", lit(k))).collect();
+            wl(w, &format!("{len} => {},", alternatives.join(" || ")));
+        }
+        wl(w, "_ => false,");
+        wl(w, "}");
+        wl(w, "}");
+    }
+
     // String caps.
     let caps = string_caps(registry)?;
     doc(w, "One string cap of cards.md §10.2 (UTF-16 code units).");
