@@ -13,6 +13,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod codegen;
+mod tidy;
 
 use std::path::PathBuf;
 
