@@ -13,6 +13,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod codegen;
+mod sync_contracts;
 mod tidy;
 
 use std::path::PathBuf;
@@ -35,6 +36,12 @@ fn main() -> anyhow::Result<()> {
             }
             codegen::run(&project_root(), mode)
         }
+        "sync-contracts" => {
+            if let Some(other) = rest.first() {
+                anyhow::bail!("unknown argument to sync-contracts: {other}");
+            }
+            sync_contracts::run(&project_root())
+        }
         "help" | "--help" | "-h" => {
             print_usage();
             Ok(())
@@ -51,7 +58,8 @@ fn print_usage() {
         "usage: cargo xtask <command>\n\n\
          commands:\n  \
          codegen [--check]   regenerate (or check) everything derived from fixtures/rich-cards/registry.json\n  \
-         cards [--check]     the same generator, under the name cards.md §19.3 uses"
+         cards [--check]     the same generator, under the name cards.md §19.3 uses\n  \
+         sync-contracts      fetch @canonmsg/backend-contracts@8.6.1 into .cache/contracts/ (for canon-sim's conformance tests)"
     );
 }
 

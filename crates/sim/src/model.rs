@@ -1,0 +1,446 @@
+//! The scripted OpenAI-compatible model server (hermes-host.md §20.2 item 6; canon-wire.md
+//! §13 Q15): `GET /v1/models`, `GET /v1/models/{id}` and streaming and non-streaming
+//! `POST /v1/chat/completions`, driven by a small JSON [`Script`].
+//!
+//! A script is a list of rules matched against the **last** message of a request (first match
+//! wins). A reply is text (sent as content deltas), a tool call, or an echo of the tool result
+//! the last message carries. The session-title call (a system prompt starting
+//! `Generate a short, descriptive title`) is matched by `titleRequest`.
+//!
+//! ```json
+//! {"model": "fake-model", "rules": [
+//!   {"match": {"titleRequest": true}, "reply": {"text": "Scripted session"}},
+//!   {"match": {"role": "user", "contains": "TOOL"},
+//!    "reply": {"toolCall": {"name": "terminal", "arguments": {"command": "echo hi"}}}},
+//!   {"match": {"role": "tool"}, "reply": {"echoToolResult": true, "prefix": "Tool said: "}},
+//!   {"match": {}, "reply": {"text": "Hello from the scripted model."}}
+//! ]}
+//! ```
+//!
+//! Loopback only; the request log is bounded.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::body::{Aborted, SimBody};
+use crate::error::SimError;
+
+/// Requests kept in the model's log.
+pub const MODEL_LOG_CAP: usize = 1000;
+/// The title-request marker (hermes-host.md §20.2 item 6).
+pub const TITLE_PROMPT_PREFIX: &str = "Generate a short, descriptive title";
+
+/// What a rule matches in the last message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Match {
+    /// Role of the last message (`user`, `tool`, `assistant`, `system`).
+    pub role: Option<String>,
+    /// Substring of the last message's text content.
+    pub contains: Option<String>,
+    /// The request is the session-title call.
+    pub title_request: Option<bool>,
+}
+
+/// A scripted tool call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct ToolCall {
+    /// Function name.
+    pub name: String,
+    /// Arguments (serialized to the JSON string the API carries).
+    pub arguments: Value,
+    /// Call id (default `call_<n>`).
+    pub id: Option<String>,
+}
+
+/// What a rule answers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct ScriptReply {
+    /// Text reply.
+    pub text: Option<String>,
+    /// Explicit content deltas (instead of splitting `text` into words).
+    pub deltas: Option<Vec<String>>,
+    /// Tool-call reply.
+    pub tool_call: Option<ToolCall>,
+    /// Reply with the last message's content (a tool result).
+    pub echo_tool_result: bool,
+    /// Prefix of the echoed text.
+    pub prefix: Option<String>,
+}
+
+/// One rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Rule {
+    /// The matcher.
+    #[serde(rename = "match", default)]
+    pub matcher: Match,
+    /// The reply.
+    pub reply: ScriptReply,
+}
+
+/// A model script.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Script {
+    /// Model id reported by `/v1/models`.
+    #[serde(default = "default_model")]
+    pub model: String,
+    /// Rules, first match wins. When none matches the reply is `OK`.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
+fn default_model() -> String {
+    "fake-model".to_owned()
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            model: default_model(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl Script {
+    /// Parses a script.
+    pub fn parse(text: &str) -> Result<Self, SimError> {
+        serde_json::from_str(text).map_err(|e| SimError::Script(e.to_string()))
+    }
+
+    /// Reads a script file.
+    pub fn load(path: &std::path::Path) -> Result<Self, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+}
+
+/// Text of a message's `content` (a string, or the text parts of a list).
+fn content_text(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// Whether a request is the session-title call.
+pub fn is_title_request(request: &Value) -> bool {
+    request
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|m| m.first())
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+        .is_some_and(|m| content_text(m).starts_with(TITLE_PROMPT_PREFIX))
+}
+
+/// The planned answer to a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Planned {
+    /// Text deltas.
+    Text(Vec<String>),
+    /// One tool call: id, name, arguments JSON string.
+    Tool(String, String, String),
+}
+
+impl Script {
+    /// Chooses the reply for `request`; `n` numbers generated call ids.
+    pub fn plan(&self, request: &Value, n: u64) -> Planned {
+        let last = request
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|m| m.last())
+            .cloned()
+            .unwrap_or(Value::Null);
+        let role = last.get("role").and_then(Value::as_str).unwrap_or("");
+        let text = content_text(&last);
+        let title = is_title_request(request);
+        let rule = self.rules.iter().find(|r| {
+            r.matcher.role.as_ref().is_none_or(|x| x == role)
+                && r.matcher
+                    .contains
+                    .as_ref()
+                    .is_none_or(|c| text.contains(c.as_str()))
+                && r.matcher.title_request.is_none_or(|t| t == title)
+        });
+        let Some(rule) = rule else {
+            return Planned::Text(vec!["OK".to_owned()]);
+        };
+        let reply = &rule.reply;
+        if let Some(call) = &reply.tool_call {
+            let args = match &call.arguments {
+                Value::String(s) => s.clone(),
+                Value::Null => "{}".to_owned(),
+                other => other.to_string(),
+            };
+            let id = call.id.clone().unwrap_or_else(|| format!("call_{n}"));
+            return Planned::Tool(id, call.name.clone(), args);
+        }
+        if let Some(d) = &reply.deltas {
+            return Planned::Text(d.clone());
+        }
+        let full = if reply.echo_tool_result {
+            format!("{}{text}", reply.prefix.clone().unwrap_or_default())
+        } else {
+            reply.text.clone().unwrap_or_else(|| "OK".to_owned())
+        };
+        // Split after each space so the deltas concatenate back to the text.
+        let mut deltas = Vec::new();
+        let mut current = String::new();
+        for c in full.chars() {
+            current.push(c);
+            if c == ' ' {
+                deltas.push(std::mem::take(&mut current));
+            }
+        }
+        if !current.is_empty() || deltas.is_empty() {
+            deltas.push(current);
+        }
+        Planned::Text(deltas)
+    }
+}
+
+#[derive(Debug)]
+struct ModelShared {
+    script: Script,
+    log: Mutex<(VecDeque<Value>, u64)>,
+}
+
+/// A running model server. Dropping it stops the listener.
+#[derive(Debug)]
+pub struct ModelServer {
+    shared: Arc<ModelShared>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl ModelServer {
+    /// Starts on 127.0.0.1:`port` (0 = any).
+    pub async fn start(script: Script, port: u16) -> Result<Self, SimError> {
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .map_err(|source| SimError::Bind { port, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| SimError::Bind { port, source })?;
+        let shared = Arc::new(ModelShared {
+            script,
+            log: Mutex::new((VecDeque::new(), 0)),
+        });
+        let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+        let accept = Arc::clone(&shared);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let shared = Arc::clone(&accept);
+                        tokio::spawn(async move {
+                            let service = service_fn(move |req| {
+                                let shared = Arc::clone(&shared);
+                                async move { serve(shared, req).await }
+                            });
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        });
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            shared,
+            addr,
+            stop: Some(stop_tx),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The OpenAI base URL (`http://127.0.0.1:<port>/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.addr.port())
+    }
+
+    /// The chat-completion requests received so far (bounded).
+    pub fn requests(&self) -> Vec<Value> {
+        self.shared
+            .log
+            .lock()
+            .map(|l| l.0.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+fn json_response(status: u16, body: &Value) -> Response<SimBody> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(SimBody::full(body.to_string()))
+        .unwrap_or_else(|_| Response::new(SimBody::full("")))
+}
+
+fn chunk(id: &str, model: &str, delta: Value, finish: Option<&str>) -> String {
+    let c = json!({
+        "id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    });
+    format!("data: {c}\n\n")
+}
+
+async fn serve(
+    shared: Arc<ModelShared>,
+    req: Request<Incoming>,
+) -> Result<Response<SimBody>, Aborted> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    let model = shared.script.model.clone();
+    let model_object =
+        json!({"id": model, "object": "model", "context_length": 131_072, "owned_by": "canon-sim"});
+    match (parts.method.as_str(), path.as_str()) {
+        ("GET", "/v1/models") => {
+            return Ok(json_response(
+                200,
+                &json!({"object": "list", "data": [model_object]}),
+            ))
+        }
+        ("GET", p) if p.strip_prefix("/v1/models/") == Some(model.as_str()) => {
+            return Ok(json_response(200, &model_object))
+        }
+        ("POST", "/v1/chat/completions") => {}
+        _ => {
+            return Ok(json_response(
+                404,
+                &json!({"error": {"message": "not found", "type": "invalid_request_error"}}),
+            ))
+        }
+    }
+    let Ok(collected) = Limited::new(body, 8 * 1024 * 1024).collect().await else {
+        return Ok(json_response(
+            413,
+            &json!({"error": {"message": "request too large"}}),
+        ));
+    };
+    let Ok(request) = serde_json::from_slice::<Value>(&collected.to_bytes()) else {
+        return Ok(json_response(
+            400,
+            &json!({"error": {"message": "invalid JSON", "type": "invalid_request_error"}}),
+        ));
+    };
+    let n = {
+        let mut log = shared
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if log.0.len() >= MODEL_LOG_CAP {
+            log.0.pop_front();
+        }
+        log.0.push_back(request.clone());
+        log.1 += 1;
+        log.1
+    };
+    let planned = shared.script.plan(&request, n);
+    let id = format!("chatcmpl-{n}");
+    let usage = json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15});
+    if request.get("stream") != Some(&Value::Bool(true)) {
+        let (message, finish) = match &planned {
+            Planned::Text(d) => (json!({"role": "assistant", "content": d.concat()}), "stop"),
+            Planned::Tool(cid, name, args) => (
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}),
+                "tool_calls",
+            ),
+        };
+        return Ok(json_response(
+            200,
+            &json!({
+                "id": id, "object": "chat.completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            }),
+        ));
+    }
+    let mut out = chunk(&id, &model, json!({"role": "assistant"}), None);
+    let finish = match &planned {
+        Planned::Text(deltas) => {
+            for d in deltas {
+                out.push_str(&chunk(&id, &model, json!({"content": d}), None));
+            }
+            "stop"
+        }
+        Planned::Tool(cid, name, args) => {
+            out.push_str(&chunk(&id, &model, json!({"tool_calls": [
+                {"index": 0, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}), None));
+            "tool_calls"
+        }
+    };
+    out.push_str(&chunk(&id, &model, json!({}), Some(finish)));
+    if request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true)) {
+        let u = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [], "usage": usage});
+        out.push_str(&format!("data: {u}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    Ok(Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(SimBody::full(out))
+        .unwrap_or_else(|_| Response::new(SimBody::full(""))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_concatenate_back_to_the_text() {
+        let script =
+            Script::parse(r#"{"rules":[{"match":{},"reply":{"text":"one two  three"}}]}"#).unwrap();
+        let Planned::Text(d) = script.plan(&json!({"messages":[{"role":"user","content":"x"}]}), 1)
+        else {
+            panic!("expected text");
+        };
+        assert_eq!(d.concat(), "one two  three");
+        assert!(d.len() >= 3);
+    }
+
+    #[test]
+    fn unknown_script_fields_are_refused() {
+        assert!(Script::parse(r#"{"rules":[{"match":{"bogus":1},"reply":{}}]}"#).is_err());
+    }
+}
