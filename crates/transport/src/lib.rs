@@ -1,0 +1,58 @@
+//! canon-transport: the one crate that knows HTTP, SSE and the Canon wire
+//! (canon-wire.md §1–§7, §9).
+//!
+//! * [`client::CanonClient`]: typed REST operations T1–T19 (§3, §4) with the
+//!   headers, timeouts and decoding of §2, the durable send of §2.5/§2.7
+//!   ([`client::DurableRequest`] keeps the exact bytes until Canon settles)
+//!   and the interaction poll engine of §9.1.
+//! * [`stream::EventStream`]: the SSE connection of §5 as an async stream of
+//!   typed [`events::Event`]s and [`stream::ConnectionState`] changes, with
+//!   cursor, `Last-Event-ID`, `replay.expired` and the §5.7 hardening.
+//! * [`sse::SseParser`]: the pure, incremental frame parser of §5.2.
+//! * [`retry`]: the four classifiers of §2.5 as pure functions;
+//!   [`error::TransportError`] is the §2.6 error model.
+//! * [`media::MediaDownloader`]: the SSRF-guarded media download of §7.2;
+//!   [`net`] holds the address rules and the guarded connector.
+//! * [`types`]: request/response shapes of §4 and the redacted credential types.
+//!
+//! Invariants: never panics on anything the network sends; secrets (API keys,
+//! reply-authority tokens, poll tokens) never appear in `Debug` output or
+//! logs; no workspace crate is a dependency (style.md §6.2); no Firebase/RTDB
+//! connection is ever opened (§1.1). The crate never reads the environment:
+//! switches such as `HERMES_ALLOW_PRIVATE_URLS` are read by the binary and
+//! passed in. TLS is rustls with the platform's native roots; the `testing`
+//! feature adds `ClientConfig::trust_test_ca_pem` for the
+//! simulator's test CA.
+
+pub mod client;
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod media;
+pub mod net;
+pub mod retry;
+pub mod sse;
+pub mod stream;
+pub mod types;
+
+pub use client::{CanonClient, ClientConfig, DurableRequest};
+pub use error::{HttpFailure, TransportError};
+pub use events::{Event, EventKind};
+pub use retry::{Classifier, FailureKind, RetryClass};
+pub use stream::{ConnectionState, EventStream, StreamConfig, StreamItem};
+pub use types::{ApiKey, ReplyAuthority};
+
+#[cfg(test)]
+mod tests {
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn handles_can_cross_tasks() {
+        assert_send_sync::<crate::CanonClient>();
+        assert_send_sync::<crate::media::MediaDownloader>();
+        assert_send_sync::<crate::TransportError>();
+        assert_send::<crate::EventStream>();
+        assert_send::<crate::StreamItem>();
+    }
+}
