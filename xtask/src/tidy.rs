@@ -18,8 +18,20 @@ mod tests {
     ];
 
     /// Allowed workspace dependencies of the other crates (ARCHITECTURE.md).
-    const OTHERS: [(&str, &[&str]); 3] = [
+    const OTHERS: [(&str, &[&str]); 6] = [
         ("canon-approvals", &[]),
+        ("canon-transport", &[]),
+        (
+            "canon-adapter",
+            &[
+                "canon-cards",
+                "canon-chunking",
+                "canon-dispatch",
+                "canon-approvals",
+                "canon-transport",
+            ],
+        ),
+        ("canon-sim", &["canon-dispatch", "canon-cards"]),
         (
             "canon-hermes",
             &["canon-cards", "canon-adapter", "canon-sim"],
@@ -112,6 +124,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The turn machine is sans-I/O: no runtime, no clock reads (style.md §6.2).
+    #[test]
+    fn turn_machine_reads_no_clock_and_uses_no_runtime() {
+        let root = crate::project_root().join("crates/adapter/src");
+        let mut offenders = Vec::new();
+        walk(&root, &mut |path| {
+            let relative = path.strip_prefix(&root).unwrap_or(path);
+            let in_turn = relative.starts_with("turn") || relative == Path::new("turn.rs");
+            if !in_turn || path.extension().is_none_or(|e| e != "rs") {
+                return;
+            }
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            for needle in ["tokio::", "Instant::now", "SystemTime::now"] {
+                if text.contains(needle) {
+                    offenders.push(format!("{}: {needle}", relative.display()));
+                }
+            }
+        });
+        assert!(
+            offenders.is_empty(),
+            "the turn machine must stay sans-I/O: {offenders:?}"
+        );
     }
 
     #[test]

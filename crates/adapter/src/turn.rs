@@ -1,0 +1,1747 @@
+//! The sans-I/O turn state machine (turns.md §7, with §4.4 ledger, §5
+//! trail, §6 verbosity, §8 `no_reply`, §10.3 dequeue boundary).
+//!
+//! The driver turns every host call, hook and Canon result into one closed
+//! [`Input`], calls [`TurnMachine::handle`] with the current time, performs
+//! the returned [`Effect`]s in order, and calls `handle(Input::Timeout, now)`
+//! when [`TurnMachine::next_deadline`] passes. The machine reads no clock,
+//! does no I/O and draws no randomness: time is `now_ms`, randomness comes in
+//! the inputs (`random: u128`).
+//!
+//! # Model
+//!
+//! * State is keyed by Hermes **session key**; each session holds at most
+//!   one turn. A *lifecycle* turn is opened by `on_processing_start` (E1) or
+//!   a dequeue (OQ-18) and ends with exactly one closing publish. A *loose*
+//!   turn id is allocated for sends outside any lifecycle turn (§7.6).
+//! * All answer text of a lifecycle turn is staged (§7.4); the only durable
+//!   write of a lifecycle turn is the flush at processing complete (§7.5),
+//!   so a turn has at most one `turn_complete`. When processing completes
+//!   the turn leaves its session (a new turn may open at once) and finishes
+//!   closing on its own: final delivery, 750 ms handoff, clear, closing
+//!   publish, then the answer to `turn.complete`.
+//! * Durable operations go through the per-turn ledger (§4.4): ordinals,
+//!   deterministic ids, reuse of an unsettled plan with identical texts, and
+//!   release only when nothing can have been stored.
+//!
+//! # Recommended decisions applied
+//!
+//! OQ-3 (`tool` after every HITL resolution), OQ-4 (tool activity published
+//! when the tool starts and when the last one finishes, coalesced to one
+//! write per 250 ms per turn), OQ-5 (republish the open state after 10 min
+//! of silence, except in `waiting_input`), OQ-8 (verbosity frozen at turn
+//! open), OQ-18 (turn boundary at dequeue), hermes-host.md Q4 (a resynced
+//! turn that completes with nothing staged closes as `interrupted`).
+//!
+//! # Invariants
+//!
+//! * Never panics, whatever the input sequence (proptest).
+//! * At most one `turn_complete` operation per lifecycle turn (proptest).
+//! * Memory is bounded: at most [`MAX_SESSIONS`] sessions, bounded activity
+//!   per turn, bounded typing memory.
+//!
+//! # Example
+//!
+//! ```
+//! use canon_adapter::turn::{
+//!     Effect, HostReply, Input, Outcome, ProcessingStart, RequestId, TurnConfig, TurnMachine,
+//!     TurnState,
+//! };
+//! use canon_dispatch::verbosity::ConversationType;
+//!
+//! let mut machine = TurnMachine::new(TurnConfig::default());
+//! let effects = machine.handle(
+//!     Input::ProcessingStart(ProcessingStart {
+//!         request: RequestId(1),
+//!         session_key: "agent:main:canon:dm:conv-1".into(),
+//!         conversation_id: "conv-1".into(),
+//!         message_id: Some("m1".into()),
+//!         disposition_queued: false,
+//!         absorbed_queued_ids: Vec::new(),
+//!         responder: Some("u1".into()),
+//!         reply_authority: None,
+//!         conversation_type: ConversationType::Direct,
+//!         queue_depth: 0,
+//!         random: 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef,
+//!     }),
+//!     1_000,
+//! );
+//! // Read mark, `thinking`, then the answer to `turn.start`.
+//! assert!(matches!(&effects[1], Effect::PublishTurn(p) if p.state == TurnState::Thinking));
+//! assert_eq!(
+//!     effects.last(),
+//!     Some(&Effect::Reply {
+//!         request: RequestId(1),
+//!         reply: HostReply::TurnStarted { turn_id: "hermes-0123456789abcdef0123".into() },
+//!     })
+//! );
+//!
+//! // Nothing was staged, so completion only clears and closes.
+//! let effects = machine.handle(
+//!     Input::ProcessingComplete {
+//!         request: RequestId(2),
+//!         session_key: "agent:main:canon:dm:conv-1".into(),
+//!         conversation_id: "conv-1".into(),
+//!         outcome: Outcome::Success,
+//!         queue_depth: 0,
+//!     },
+//!     2_000,
+//! );
+//! assert!(matches!(&effects[1], Effect::PublishTurn(p) if p.state == TurnState::Completed));
+//! assert_eq!(machine.next_deadline(), None);
+//! ```
+
+mod activity;
+mod types;
+
+use std::collections::{BTreeMap, HashMap};
+
+use canon_chunking::ids::{stable_final_message_id, turn_id_from_random, Ordinal, StandaloneGroup};
+use canon_chunking::limits::METADATA_MAX_U16;
+use canon_chunking::metadata::json_u16_len;
+use canon_chunking::plan::{plan_answer, AnswerSpec, PartRole};
+use canon_dispatch::trail::{final_turn_trail, live_blocks, TrailBlock};
+use canon_dispatch::verbosity::{
+    resolve_turn_verbosity, should_publish_turn_trail, ConversationType, Verbosity, VerbosityConfig,
+};
+use serde_json::{Map, Value};
+
+use activity::{Activity, SubagentStop, ToolFinish};
+pub use types::*;
+
+/// Final-to-clear handoff delay in ms (turns.md §1, §7.5 step 5).
+pub const FINAL_HANDOFF_MS: u64 = 750;
+
+/// Republish an open state after this much silence, in ms (turns.md OQ-5).
+pub const HEARTBEAT_MS: u64 = 600_000;
+
+/// Minimum spacing of tool-activity writes per turn, in ms (turns.md OQ-4:
+/// at most 4 per second).
+pub const TOOL_ACTIVITY_MIN_INTERVAL_MS: u64 = 250;
+
+/// Typing-on calls for one chat closer than this are coalesced, in ms
+/// (hermes-host.md §19.9).
+pub const TYPING_COALESCE_MS: u64 = 1_500;
+
+/// Cap on sessions with a turn (our number); beyond it no loose turn id is
+/// allocated.
+pub const MAX_SESSIONS: usize = 4_096;
+
+/// Cap on chats remembered for typing coalescing (our number).
+const MAX_TYPING_CHATS: usize = 1_024;
+
+/// The error when a pending plan would be replaced by different content
+/// (turns.md §4.4; exact).
+pub const REFUSED_REPLACEMENT: &str =
+    "Canon refused to replace an unsettled durable delivery with different content";
+
+/// `no_reply` outside a Canon turn (turns.md §8.1; exact).
+pub const NO_REPLY_NOT_CANON: &str = "no_reply applies to the Canon turn that is running, and this turn is not one. Nothing was silenced.";
+
+/// `no_reply` with no open turn (turns.md §8.1; exact).
+pub const NO_REPLY_NO_TURN: &str =
+    "No open Canon turn to silence. Reply normally, or simply say nothing further.";
+
+/// `standalone.send` without a target (turns.md §4.6; exact).
+pub const STANDALONE_NO_TARGET: &str = "Canon standalone send failed: no conversation ID provided";
+
+/// Prefix of every standalone error (hermes-host.md §15).
+pub const STANDALONE_ERROR_PREFIX: &str = "Canon standalone send failed: ";
+
+/// Keys of the gateway's `canon_options` bag that may reach Canon
+/// (canon-wire.md §4.3 [target]).
+const ALLOWED_OPTION_KEYS: [&str; 2] = ["mentions", "replyToPosition"];
+
+/// Metadata keys the turn owns; removed from `canon_metadata`.
+const RESERVED_METADATA_KEYS: [&str; 2] = ["turnTrail", "messageChunk"];
+
+/// Machine configuration, fixed at connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TurnConfig {
+    /// The configured verbosity (turns.md §6.1).
+    pub verbosity: VerbosityConfig,
+    /// Whether busy routing is active (`supportsInterleave`).
+    pub supports_interleave: bool,
+}
+
+/// The staged answer of a turn (turns.md §7.4).
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Candidate {
+    sealed_parts: Vec<String>,
+    text: String,
+    finalized: bool,
+    reply_to: Option<String>,
+    metadata: Map<String, Value>,
+    options: Map<String, Value>,
+}
+
+impl Candidate {
+    fn durable_text(&self) -> String {
+        if self.sealed_parts.is_empty() {
+            return self.text.clone();
+        }
+        let mut out = self.sealed_parts.join("\n");
+        out.push('\n');
+        out.push_str(&self.text);
+        out
+    }
+}
+
+/// What a settled operation means for its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    /// The flush at processing complete.
+    Flush,
+    /// `edit_message(finalize=true)` outside a lifecycle turn.
+    FinalizeEdit,
+    /// A durable `send` outside a lifecycle turn.
+    Send { notify: bool },
+}
+
+/// The unsettled operation of a turn.
+#[derive(Debug, Clone, PartialEq)]
+struct PendingOp {
+    delivery: Delivery,
+    ordinal: Option<Ordinal>,
+    kind: OpKind,
+    in_flight: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Ledger {
+    settled: u64,
+    pending: Option<PendingOp>,
+}
+
+/// Why a turn is closing, and how far it got.
+#[derive(Debug, Clone, PartialEq)]
+struct Closing {
+    state: TurnState,
+    request: Option<RequestId>,
+    awaiting: Option<OpId>,
+    handoff_at: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Turn {
+    id: String,
+    conversation_id: String,
+    opened_at: u64,
+    lifecycle: bool,
+    resumed: bool,
+    state: TurnState,
+    verbosity: Verbosity,
+    trigger_message_id: Option<String>,
+    responder: Option<String>,
+    reply_authority: Option<ReplyAuthority>,
+    queue_depth: u32,
+    activity: Activity,
+    candidate: Option<Candidate>,
+    ledger: Ledger,
+    final_committed: bool,
+    silenced: bool,
+    typing_paused: bool,
+    last_publish_ms: u64,
+    last_tool_write_ms: Option<u64>,
+    tool_write_pending: bool,
+    /// Loose turns: clear `/streaming` at this time (after a finalize).
+    clear_at: Option<u64>,
+    closing: Option<Closing>,
+}
+
+/// Who is waiting for an operation's result.
+#[derive(Debug, Clone, PartialEq)]
+enum Waiter {
+    Send {
+        request: RequestId,
+        turn_message_id: Option<String>,
+    },
+    Standalone {
+        request: RequestId,
+    },
+}
+
+/// The turn state machine of one adapter connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnMachine {
+    config: TurnConfig,
+    sessions: BTreeMap<String, Turn>,
+    closing: Vec<Turn>,
+    waiters: BTreeMap<OpId, Vec<Waiter>>,
+    next_op: u64,
+    typing: HashMap<String, u64>,
+}
+
+impl TurnMachine {
+    /// A machine with no turns.
+    pub fn new(config: TurnConfig) -> TurnMachine {
+        TurnMachine {
+            config,
+            sessions: BTreeMap::new(),
+            closing: Vec::new(),
+            waiters: BTreeMap::new(),
+            next_op: 1,
+            typing: HashMap::new(),
+        }
+    }
+
+    /// The open lifecycle turn id of a session, if any.
+    pub fn open_turn(&self, session_key: &str) -> Option<&str> {
+        self.sessions
+            .get(session_key)
+            .filter(|t| t.lifecycle)
+            .map(|t| t.id.as_str())
+    }
+
+    /// The last published state of a session's open lifecycle turn.
+    pub fn turn_state(&self, session_key: &str) -> Option<TurnState> {
+        self.sessions
+            .get(session_key)
+            .filter(|t| t.lifecycle)
+            .map(|t| t.state)
+    }
+
+    /// The trusted human responder of a session's open lifecycle turn (HITL
+    /// routing, turns.md §7.8).
+    pub fn responder(&self, session_key: &str) -> Option<&str> {
+        self.sessions
+            .get(session_key)
+            .filter(|t| t.lifecycle)
+            .and_then(|t| t.responder.as_deref())
+    }
+
+    /// Whether the open turn an outbound call resolves to chose `no_reply`
+    /// (turns.md §8.2; OQ-9: the driver also refuses `send_card` and
+    /// `request_card` for a silenced turn).
+    pub fn is_silenced(&self, session_key: Option<&str>, conversation_id: &str) -> bool {
+        self.open_turn_key(session_key, conversation_id)
+            .and_then(|key| self.sessions.get(&key))
+            .is_some_and(|t| t.silenced)
+    }
+
+    /// The earliest time at which [`Input::Timeout`] has work to do.
+    pub fn next_deadline(&self) -> Option<u64> {
+        let mut deadline: Option<u64> = None;
+        let mut consider = |at: Option<u64>| {
+            if let Some(at) = at {
+                deadline = Some(deadline.map_or(at, |d| d.min(at)));
+            }
+        };
+        for turn in self.sessions.values() {
+            consider(turn.heartbeat_at());
+            consider(turn.tool_write_at());
+            consider(turn.clear_at);
+        }
+        for turn in &self.closing {
+            consider(turn.closing.as_ref().and_then(|c| c.handoff_at));
+        }
+        deadline
+    }
+
+    /// Feeds one input; returns the effects to perform, in order.
+    pub fn handle(&mut self, input: Input, now_ms: u64) -> Vec<Effect> {
+        let mut out = Vec::new();
+        match input {
+            Input::ProcessingStart(start) => self.on_start(start, false, now_ms, &mut out),
+            Input::QueueDequeued(start) => self.on_start(start, true, now_ms, &mut out),
+            Input::ProcessingComplete {
+                request,
+                session_key,
+                conversation_id,
+                outcome,
+                queue_depth,
+            } => self.on_complete(
+                Some(request),
+                &session_key,
+                &conversation_id,
+                outcome,
+                queue_depth,
+                now_ms,
+                &mut out,
+            ),
+            Input::Send(send) => self.on_send(send, now_ms, &mut out),
+            Input::Edit(edit) => self.on_edit(edit, now_ms, &mut out),
+            Input::Activity {
+                session_key,
+                conversation_id,
+                event,
+            } => self.on_activity(
+                session_key.as_deref(),
+                &conversation_id,
+                event,
+                now_ms,
+                &mut out,
+            ),
+            Input::WaitingInput {
+                session_key,
+                conversation_id,
+            } => {
+                let config = self.config;
+                if let Some(turn) = self.open_turn_mut(session_key.as_deref(), &conversation_id) {
+                    turn.publish(TurnState::WaitingInput, None, config, now_ms, &mut out);
+                }
+            }
+            Input::InputResolved {
+                session_key,
+                conversation_id,
+            } => {
+                let config = self.config;
+                if let Some(turn) = self.open_turn_mut(session_key.as_deref(), &conversation_id) {
+                    turn.publish(TurnState::Tool, None, config, now_ms, &mut out);
+                }
+            }
+            Input::NoReply(request) => self.on_no_reply(request, &mut out),
+            Input::SteerAccepted {
+                session_key,
+                conversation_id,
+            } => {
+                if let Some(turn) = self.open_turn_mut(session_key.as_deref(), &conversation_id) {
+                    turn.silenced = false;
+                }
+            }
+            Input::Typing {
+                conversation_id,
+                on,
+                status,
+            } => self.on_typing(conversation_id, on, status.as_deref(), now_ms, &mut out),
+            Input::QueueDepth { session_key, depth } => {
+                if let Some(turn) = self.sessions.get_mut(&session_key) {
+                    turn.queue_depth = depth;
+                }
+            }
+            Input::DeliveryOutcome { op, result } => self.on_outcome(op, result, now_ms, &mut out),
+            Input::Standalone(send) => self.on_standalone(send, &mut out),
+            Input::Resync {
+                request,
+                open_turns,
+            } => {
+                self.on_resync(open_turns);
+                out.push(reply(request, HostReply::Done));
+            }
+            Input::Timeout => self.on_timeout(now_ms, &mut out),
+            Input::Disconnect => self.on_disconnect(&mut out),
+        }
+        out
+    }
+
+    fn allocate_op(&mut self) -> OpId {
+        let op = OpId(self.next_op);
+        self.next_op = self.next_op.saturating_add(1);
+        op
+    }
+
+    // ----- E1 and the dequeue boundary -----
+
+    fn on_start(
+        &mut self,
+        start: ProcessingStart,
+        dequeued: bool,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        // A lifecycle turn still open in this session ends here: at a
+        // dequeue it is flushed as its own turn (OQ-18); a second start
+        // (startup restore, hermes-host.md §9.5) is treated the same way.
+        let running = self
+            .sessions
+            .get(&start.session_key)
+            .filter(|t| t.lifecycle)
+            .map(|t| t.conversation_id.clone());
+        if let Some(conversation) = running {
+            self.on_complete(
+                None,
+                &start.session_key,
+                &conversation,
+                Outcome::Success,
+                start.queue_depth,
+                now,
+                out,
+            );
+        }
+        // A loose turn of the session is replaced; its pending state goes.
+        self.sessions.remove(&start.session_key);
+
+        // (a) disposition acknowledgements, (b) read mark.
+        if start.disposition_queued {
+            if let Some(id) = start.message_id.as_deref().filter(|id| !id.is_empty()) {
+                out.push(Effect::AckDisposition {
+                    conversation_id: start.conversation_id.clone(),
+                    message_id: id.to_owned(),
+                });
+            }
+        }
+        for id in start.absorbed_queued_ids.iter().filter(|id| !id.is_empty()) {
+            out.push(Effect::AckDisposition {
+                conversation_id: start.conversation_id.clone(),
+                message_id: id.clone(),
+            });
+        }
+        out.push(Effect::MarkRead {
+            conversation_id: start.conversation_id.clone(),
+        });
+
+        // (c)–(f): responder, turn id, `thinking`, reply authority, verbosity.
+        let id = turn_id_from_random(start.random);
+        let verbosity = resolve_turn_verbosity(self.config.verbosity, start.conversation_type);
+        let mut turn = Turn::new(&id, &start.conversation_id, now, true, verbosity);
+        turn.trigger_message_id = start.message_id.clone();
+        turn.responder = start.responder;
+        turn.reply_authority = start.reply_authority;
+        turn.queue_depth = start.queue_depth;
+        let active = start.message_id.into_iter().collect();
+        turn.publish(TurnState::Thinking, Some(active), self.config, now, out);
+        if verbosity == Verbosity::Quiet {
+            out.push(Effect::Streaming(StreamingWrite::Blank {
+                conversation_id: turn.conversation_id.clone(),
+                turn_id: id.clone(),
+            }));
+        }
+        self.sessions.insert(start.session_key, turn);
+        let answer = if dequeued {
+            HostReply::Done
+        } else {
+            HostReply::TurnStarted { turn_id: id }
+        };
+        out.push(reply(start.request, answer));
+    }
+
+    // ----- E12–E14 -----
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_complete(
+        &mut self,
+        request: Option<RequestId>,
+        session_key: &str,
+        conversation_id: &str,
+        outcome: Outcome,
+        queue_depth: u32,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let is_ours = self
+            .sessions
+            .get(session_key)
+            .is_some_and(|t| t.lifecycle && t.conversation_id == conversation_id);
+        if !is_ours {
+            tracing::debug!(session_key, "processing complete without an open turn");
+            if let Some(request) = request {
+                out.push(reply(request, HostReply::Done));
+            }
+            return;
+        }
+        let Some(mut turn) = self.sessions.remove(session_key) else {
+            return;
+        };
+        turn.queue_depth = queue_depth;
+        turn.tool_write_pending = false;
+        let conversation = turn.conversation_id.clone();
+        let clear = Effect::Streaming(StreamingWrite::Clear {
+            conversation_id: conversation.clone(),
+        });
+        let mut closing = Closing {
+            state: TurnState::Completed,
+            request,
+            awaiting: None,
+            handoff_at: None,
+        };
+        match outcome {
+            Outcome::Cancelled | Outcome::Failure => {
+                turn.candidate = None;
+                out.push(clear);
+                if outcome == Outcome::Cancelled {
+                    closing.state = TurnState::Interrupted;
+                }
+            }
+            Outcome::Success if turn.silenced => {
+                // §8.3: blank, discard, clear.
+                out.push(Effect::Streaming(StreamingWrite::Blank {
+                    conversation_id: conversation.clone(),
+                    turn_id: turn.id.clone(),
+                }));
+                turn.candidate = None;
+                out.push(clear);
+            }
+            Outcome::Success => {
+                let answer = turn
+                    .candidate
+                    .take()
+                    .filter(|c| c.finalized && !c.durable_text().trim().is_empty());
+                match answer {
+                    None => {
+                        out.push(clear);
+                        if turn.resumed {
+                            closing.state = TurnState::Interrupted;
+                        }
+                    }
+                    Some(candidate) => {
+                        let op = self.allocate_op();
+                        let text = candidate.durable_text();
+                        match turn.reserve(
+                            op,
+                            OpKind::Flush,
+                            &text,
+                            candidate.reply_to.as_deref(),
+                            candidate.metadata,
+                            candidate.options,
+                        ) {
+                            Reservation::Send(delivery) => {
+                                closing.awaiting = Some(delivery.op);
+                                out.push(Effect::Deliver(delivery));
+                            }
+                            Reservation::Silenced | Reservation::DuplicateFinal => out.push(clear),
+                            Reservation::InFlight(awaited) => closing.awaiting = Some(awaited),
+                            Reservation::Refused(error) => {
+                                tracing::warn!(turn_id = %turn.id, %error, "final not sent");
+                                out.push(clear);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        turn.closing = Some(closing);
+        let done = turn
+            .closing
+            .as_ref()
+            .is_some_and(|c| c.awaiting.is_none() && c.handoff_at.is_none());
+        if done {
+            finish_close(turn, self.config, now, out);
+        } else {
+            self.closing.push(turn);
+        }
+    }
+
+    // ----- E2–E4 and §7.6 -----
+
+    fn on_send(&mut self, send: HostSend, now: u64, out: &mut Vec<Effect>) {
+        let expect_edits = truthy(send.metadata.get("expect_edits"));
+        let notify = truthy(send.metadata.get("notify"));
+        let config = self.config;
+        if let Some(turn) = self.open_turn_mut(send.session_key.as_deref(), &send.conversation_id) {
+            let turn_id = turn.id.clone();
+            let outcome = if notify {
+                turn.stage(
+                    &send.content,
+                    true,
+                    !expect_edits,
+                    send.reply_to,
+                    &send.metadata,
+                );
+                turn.stream_and_publish(config, now, out);
+                SendOutcome::Preview { turn_id }
+            } else if expect_edits {
+                turn.stage(&send.content, false, false, send.reply_to, &send.metadata);
+                turn.stream_and_publish(config, now, out);
+                SendOutcome::Preview { turn_id }
+            } else {
+                SendOutcome::SuppressedAuxiliary { turn_id }
+            };
+            out.push(reply(send.request, HostReply::Send(outcome)));
+            return;
+        }
+        // §7.6: no lifecycle turn.
+        if expect_edits && !notify {
+            let call = LooseCall {
+                request: send.request,
+                session_key: send.session_key.as_deref(),
+                conversation_id: &send.conversation_id,
+                content: &send.content,
+                random: send.random,
+            };
+            self.loose_preview(&call, now, out);
+            return;
+        }
+        let session = loose_session_key(send.session_key.as_deref(), &send.conversation_id);
+        let has_turn = self.sessions.contains_key(&session);
+        if !has_turn && notify {
+            self.allocate_loose(&session, &send.conversation_id, send.random, now);
+        }
+        let op = self.allocate_op();
+        let (metadata, options) = durable_fields(&send.metadata);
+        let kind = OpKind::Send { notify };
+        match self.sessions.get_mut(&session) {
+            Some(turn) => {
+                let turn_id = turn.id.clone();
+                let reservation = turn.reserve(
+                    op,
+                    kind,
+                    &send.content,
+                    send.reply_to.as_deref(),
+                    metadata,
+                    options,
+                );
+                let turn_message_id = notify.then(|| turn_id.clone());
+                self.dispatch_reservation(reservation, send.request, turn_id, turn_message_id, out);
+            }
+            None => {
+                // No turn id: no client id, conservative retries (§4.5).
+                let delivery = build_delivery(&DeliverySpec {
+                    op,
+                    route: Route::Messages,
+                    conversation_id: &send.conversation_id,
+                    turn_id: None,
+                    base_id: None,
+                    text: &send.content,
+                    reply_to: send.reply_to.as_deref(),
+                    metadata,
+                    options,
+                    reply_authority: None,
+                    trail: Vec::new(),
+                });
+                match delivery {
+                    Some(delivery) => {
+                        self.waiters.entry(op).or_default().push(Waiter::Send {
+                            request: send.request,
+                            turn_message_id: None,
+                        });
+                        out.push(Effect::Deliver(delivery));
+                    }
+                    None => out.push(reply(
+                        send.request,
+                        HostReply::Send(SendOutcome::Failed {
+                            error: "Canon could not plan the message".to_owned(),
+                            retryable: false,
+                        }),
+                    )),
+                }
+            }
+        }
+    }
+
+    fn on_edit(&mut self, edit: HostEdit, now: u64, out: &mut Vec<Effect>) {
+        let config = self.config;
+        if let Some(turn) = self.open_turn_mut(edit.session_key.as_deref(), &edit.conversation_id) {
+            let turn_id = turn.id.clone();
+            turn.stage(&edit.content, edit.finalize, false, None, &edit.metadata);
+            turn.stream_and_publish(config, now, out);
+            out.push(reply(
+                edit.request,
+                HostReply::Send(SendOutcome::Preview { turn_id }),
+            ));
+            return;
+        }
+        if !edit.finalize {
+            let call = LooseCall {
+                request: edit.request,
+                session_key: edit.session_key.as_deref(),
+                conversation_id: &edit.conversation_id,
+                content: &edit.content,
+                random: edit.random,
+            };
+            self.loose_preview(&call, now, out);
+            return;
+        }
+        let session = loose_session_key(edit.session_key.as_deref(), &edit.conversation_id);
+        if !self.sessions.contains_key(&session) {
+            self.allocate_loose(&session, &edit.conversation_id, edit.random, now);
+        }
+        let op = self.allocate_op();
+        let (metadata, options) = durable_fields(&edit.metadata);
+        match self.sessions.get_mut(&session) {
+            Some(turn) => {
+                let turn_id = turn.id.clone();
+                let reservation = turn.reserve(
+                    op,
+                    OpKind::FinalizeEdit,
+                    &edit.content,
+                    None,
+                    metadata,
+                    options,
+                );
+                let message_id = Some(turn_id.clone());
+                self.dispatch_reservation(reservation, edit.request, turn_id, message_id, out);
+            }
+            None => out.push(reply(
+                edit.request,
+                HostReply::Send(SendOutcome::Failed {
+                    error: "Canon adapter is tracking too many sessions".to_owned(),
+                    retryable: true,
+                }),
+            )),
+        }
+    }
+
+    fn dispatch_reservation(
+        &mut self,
+        reservation: Reservation,
+        request: RequestId,
+        turn_id: String,
+        turn_message_id: Option<String>,
+        out: &mut Vec<Effect>,
+    ) {
+        let waiter = Waiter::Send {
+            request,
+            turn_message_id,
+        };
+        match reservation {
+            Reservation::Send(delivery) => {
+                self.waiters.entry(delivery.op).or_default().push(waiter);
+                out.push(Effect::Deliver(delivery));
+            }
+            Reservation::InFlight(op) => self.waiters.entry(op).or_default().push(waiter),
+            Reservation::Silenced => out.push(reply(
+                request,
+                HostReply::Send(SendOutcome::Silenced { turn_id }),
+            )),
+            Reservation::DuplicateFinal => out.push(reply(
+                request,
+                HostReply::Send(SendOutcome::DuplicateFinal { turn_id }),
+            )),
+            Reservation::Refused(error) => out.push(reply(
+                request,
+                HostReply::Send(SendOutcome::Failed {
+                    error,
+                    retryable: false,
+                }),
+            )),
+        }
+    }
+
+    /// A streaming preview with no lifecycle turn (§7.6): under the
+    /// session's turn id, allocated if needed; it clears the committed flag.
+    fn loose_preview(&mut self, call: &LooseCall<'_>, now: u64, out: &mut Vec<Effect>) {
+        let LooseCall {
+            request,
+            session_key,
+            conversation_id,
+            content,
+            random,
+        } = *call;
+        let session = loose_session_key(session_key, conversation_id);
+        if !self.sessions.contains_key(&session) {
+            self.allocate_loose(&session, conversation_id, random, now);
+        }
+        let Some(turn) = self.sessions.get_mut(&session) else {
+            // At the session cap: report success and write nothing.
+            out.push(reply(
+                request,
+                HostReply::Send(SendOutcome::SuppressedAuxiliary {
+                    turn_id: String::new(),
+                }),
+            ));
+            return;
+        };
+        turn.final_committed = false;
+        turn.clear_at = None;
+        if turn.verbosity == Verbosity::Verbose {
+            out.push(Effect::Streaming(StreamingWrite::Set {
+                conversation_id: turn.conversation_id.clone(),
+                turn_id: turn.id.clone(),
+                text: Some(content.to_owned()),
+                blocks: None,
+            }));
+        }
+        out.push(reply(
+            request,
+            HostReply::Send(SendOutcome::Preview {
+                turn_id: turn.id.clone(),
+            }),
+        ));
+    }
+
+    fn allocate_loose(&mut self, session: &str, conversation_id: &str, random: u128, now: u64) {
+        if self.sessions.len() >= MAX_SESSIONS {
+            // Evict the oldest idle loose turn: nothing pending, nothing
+            // scheduled. Lifecycle turns are never evicted.
+            let idle = self
+                .sessions
+                .iter()
+                .filter(|(_, t)| !t.lifecycle && t.ledger.pending.is_none() && t.clear_at.is_none())
+                .min_by_key(|(_, t)| t.opened_at)
+                .map(|(key, _)| key.clone());
+            let Some(key) = idle else {
+                tracing::warn!("session cap reached; sending without a turn id");
+                return;
+            };
+            self.sessions.remove(&key);
+        }
+        let verbosity = resolve_turn_verbosity(self.config.verbosity, ConversationType::Unknown);
+        let id = turn_id_from_random(random);
+        let turn = Turn::new(&id, conversation_id, now, false, verbosity);
+        self.sessions.insert(session.to_owned(), turn);
+    }
+
+    // ----- E5, E6 -----
+
+    fn on_activity(
+        &mut self,
+        session_key: Option<&str>,
+        conversation_id: &str,
+        event: ActivityEvent,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        let config = self.config;
+        let Some(turn) = self.open_turn_mut(session_key, conversation_id) else {
+            return;
+        };
+        match &event {
+            ActivityEvent::ToolStarted {
+                tool_call_id,
+                tool_name,
+                args,
+            } => {
+                turn.activity.close_text_segment();
+                turn.candidate = None;
+                turn.activity.tool_started(
+                    tool_call_id.as_deref(),
+                    tool_name.as_deref(),
+                    args.as_ref(),
+                );
+                turn.tool_activity(config, now, out);
+            }
+            ActivityEvent::ToolFinished {
+                tool_call_id,
+                tool_name,
+                args,
+                result,
+                status,
+                duration_ms,
+            } => {
+                turn.activity.tool_finished(&ToolFinish {
+                    tool_call_id: tool_call_id.as_deref(),
+                    tool_name: tool_name.as_deref(),
+                    args: args.as_ref(),
+                    result: result.as_ref(),
+                    status: status.as_deref(),
+                    duration_ms: duration_ms.as_ref(),
+                });
+                if turn.activity.running_tools() == 0 {
+                    turn.tool_activity(config, now, out);
+                }
+            }
+            ActivityEvent::SubagentStopped {
+                child_session_id,
+                child_role,
+                child_summary,
+                child_status,
+                duration_ms,
+            } => turn.activity.subagent_stopped(&SubagentStop {
+                child_session_id: child_session_id.as_deref(),
+                child_role: child_role.as_deref(),
+                child_summary: child_summary.as_ref(),
+                child_status: child_status.as_deref(),
+                duration_ms: duration_ms.as_ref(),
+            }),
+        }
+    }
+
+    // ----- E10 -----
+
+    fn on_no_reply(&mut self, request: NoReplyRequest, out: &mut Vec<Effect>) {
+        let refuse = |error: String| {
+            reply(
+                request.request,
+                HostReply::NoReply(NoReplyOutcome::Refused { error }),
+            )
+        };
+        let conversation = request.conversation_id.as_deref().filter(|c| !c.is_empty());
+        let Some(conversation) = conversation.filter(|_| request.in_canon_context) else {
+            out.push(refuse(NO_REPLY_NOT_CANON.to_owned()));
+            return;
+        };
+        if let Some(target) = request.target.as_deref() {
+            let target = target.trim();
+            let target = target.strip_prefix("canon:").unwrap_or(target).trim();
+            if !target.is_empty() && target != conversation {
+                out.push(refuse(format!(
+                    "no_reply silences the turn that is running; it cannot target another conversation (this turn is in {conversation})."
+                )));
+                return;
+            }
+        }
+        let conversation = conversation.to_owned();
+        let Some(turn) = self.open_turn_mut(request.session_key.as_deref(), &conversation) else {
+            out.push(refuse(NO_REPLY_NO_TURN.to_owned()));
+            return;
+        };
+        turn.silenced = true;
+        tracing::info!(
+            turn_id = %turn.id,
+            reason = if request.reason_given { "given" } else { "none" },
+            "turn silenced by no_reply"
+        );
+        out.push(Effect::RecordNoReply {
+            conversation_id: conversation.clone(),
+            message_id: turn.trigger_message_id.clone(),
+            reason_given: request.reason_given,
+        });
+        out.push(reply(
+            request.request,
+            HostReply::NoReply(NoReplyOutcome::Acknowledged {
+                conversation_id: conversation,
+            }),
+        ));
+    }
+
+    // ----- E15 -----
+
+    fn on_typing(
+        &mut self,
+        conversation_id: String,
+        on: bool,
+        status: Option<&str>,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        if !on {
+            self.typing.remove(&conversation_id);
+            out.push(Effect::Typing {
+                conversation_id,
+                typing: false,
+                status: None,
+            });
+            return;
+        }
+        if let Some(last) = self.typing.get(&conversation_id) {
+            if now >= *last && now - last < TYPING_COALESCE_MS {
+                return;
+            }
+        }
+        if self.typing.len() >= MAX_TYPING_CHATS && !self.typing.contains_key(&conversation_id) {
+            self.typing.clear();
+        }
+        self.typing.insert(conversation_id.clone(), now);
+        let status = match status {
+            Some("typing") => TypingStatus::Typing,
+            _ => TypingStatus::Thinking,
+        };
+        out.push(Effect::Typing {
+            conversation_id,
+            typing: true,
+            status: Some(status),
+        });
+    }
+
+    // ----- Durable results -----
+
+    fn on_outcome(
+        &mut self,
+        op: OpId,
+        result: Result<Option<String>, DeliveryFailure>,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        // Closing turns first: the flush.
+        if let Some(position) = self
+            .closing
+            .iter()
+            .position(|t| t.closing.as_ref().and_then(|c| c.awaiting) == Some(op))
+        {
+            let mut turn = self.closing.remove(position);
+            let conversation = turn.conversation_id.clone();
+            match &result {
+                Ok(_) => {
+                    turn.settle();
+                    turn.final_committed = true;
+                    turn.activity.consume();
+                    if let Some(closing) = turn.closing.as_mut() {
+                        closing.awaiting = None;
+                        closing.handoff_at = Some(now.saturating_add(FINAL_HANDOFF_MS));
+                    }
+                    self.closing.push(turn);
+                }
+                Err(failure) => {
+                    tracing::warn!(turn_id = %turn.id, error = %failure.error, "final delivery failed");
+                    out.push(Effect::Streaming(StreamingWrite::Clear {
+                        conversation_id: conversation,
+                    }));
+                    finish_close(turn, self.config, now, out);
+                }
+            }
+            self.reply_waiters(op, &result, out);
+            return;
+        }
+        if let Some(turn) = self.sessions.values_mut().find(|t| {
+            t.ledger
+                .pending
+                .as_ref()
+                .is_some_and(|p| p.delivery.op == op)
+        }) {
+            match &result {
+                Ok(_) => {
+                    let kind = turn.ledger.pending.as_ref().map(|p| p.kind);
+                    turn.settle();
+                    match kind {
+                        Some(OpKind::FinalizeEdit) => {
+                            turn.final_committed = true;
+                            turn.activity.consume();
+                            turn.clear_at = Some(now.saturating_add(FINAL_HANDOFF_MS));
+                        }
+                        Some(OpKind::Send { notify: true }) => {
+                            turn.final_committed = true;
+                            turn.activity.consume();
+                        }
+                        _ => turn.activity.consume(),
+                    }
+                }
+                Err(failure) => turn.release_or_keep(failure.class),
+            }
+        }
+        self.reply_waiters(op, &result, out);
+    }
+
+    fn reply_waiters(
+        &mut self,
+        op: OpId,
+        result: &Result<Option<String>, DeliveryFailure>,
+        out: &mut Vec<Effect>,
+    ) {
+        for waiter in self.waiters.remove(&op).unwrap_or_default() {
+            let effect = match waiter {
+                Waiter::Send {
+                    request,
+                    turn_message_id,
+                } => {
+                    let outcome = match result {
+                        Ok(canon_id) => SendOutcome::Delivered {
+                            message_id: turn_message_id.or_else(|| canon_id.clone()),
+                        },
+                        Err(failure) => SendOutcome::Failed {
+                            error: failure.error.clone(),
+                            retryable: failure.retryable,
+                        },
+                    };
+                    reply(request, HostReply::Send(outcome))
+                }
+                Waiter::Standalone { request } => {
+                    let answer = match result {
+                        Ok(id) => Ok(id.clone()),
+                        Err(failure) => Err(format!("{STANDALONE_ERROR_PREFIX}{}", failure.error)),
+                    };
+                    reply(request, HostReply::Standalone(answer))
+                }
+            };
+            out.push(effect);
+        }
+    }
+
+    // ----- §4.6 -----
+
+    fn on_standalone(&mut self, send: StandaloneSend, out: &mut Vec<Effect>) {
+        let target = [
+            send.chat_id.as_deref(),
+            send.home_channel_env.as_deref(),
+            send.home_channel_config.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|t| !t.is_empty());
+        let Some(target) = target else {
+            out.push(reply(
+                send.request,
+                HostReply::Standalone(Err(STANDALONE_NO_TARGET.to_owned())),
+            ));
+            return;
+        };
+        let group = StandaloneGroup::new(target, send.random);
+        let op = self.allocate_op();
+        let delivery = build_delivery(&DeliverySpec {
+            op,
+            route: Route::SendTo,
+            conversation_id: target,
+            turn_id: Some(group.token()),
+            base_id: Some(group.base_id()),
+            text: &send.text,
+            reply_to: None,
+            metadata: Map::new(),
+            options: Map::new(),
+            reply_authority: None,
+            trail: Vec::new(),
+        })
+        .map(|mut d| {
+            // The token is adapter-owned and never reaches the wire as a turn id.
+            d.turn_id = None;
+            d
+        });
+        match delivery {
+            Some(delivery) => {
+                self.waiters
+                    .entry(op)
+                    .or_default()
+                    .push(Waiter::Standalone {
+                        request: send.request,
+                    });
+                out.push(Effect::Deliver(delivery));
+            }
+            None => out.push(reply(
+                send.request,
+                HostReply::Standalone(Err(format!("{STANDALONE_ERROR_PREFIX}could not plan"))),
+            )),
+        }
+    }
+
+    // ----- §19.10 -----
+
+    fn on_resync(&mut self, open_turns: Vec<ResyncTurn>) {
+        for resync in open_turns {
+            if self
+                .sessions
+                .get(&resync.session_key)
+                .is_some_and(|t| t.lifecycle)
+                || resync.turn_id.is_empty()
+                || self.sessions.len() >= MAX_SESSIONS
+            {
+                continue;
+            }
+            let verbosity = resolve_turn_verbosity(self.config.verbosity, resync.conversation_type);
+            let mut turn = Turn::new(
+                &resync.turn_id,
+                &resync.conversation_id,
+                resync.started_at_ms,
+                true,
+                verbosity,
+            );
+            turn.resumed = true;
+            turn.trigger_message_id = resync.message_id;
+            self.sessions.insert(resync.session_key, turn);
+        }
+    }
+
+    // ----- Timers -----
+
+    fn on_timeout(&mut self, now: u64, out: &mut Vec<Effect>) {
+        let config = self.config;
+        for turn in self.sessions.values_mut() {
+            if turn.tool_write_at().is_some_and(|at| at <= now) {
+                turn.write_tool_activity(config, now, out);
+            }
+            if turn.heartbeat_at().is_some_and(|at| at <= now) {
+                let state = turn.state;
+                turn.publish(state, None, config, now, out);
+            }
+            if turn.clear_at.is_some_and(|at| at <= now) {
+                turn.clear_at = None;
+                out.push(Effect::Streaming(StreamingWrite::Clear {
+                    conversation_id: turn.conversation_id.clone(),
+                }));
+            }
+        }
+        let (due, waiting): (Vec<Turn>, Vec<Turn>) = std::mem::take(&mut self.closing)
+            .into_iter()
+            .partition(|t| {
+                t.closing
+                    .as_ref()
+                    .and_then(|c| c.handoff_at)
+                    .is_some_and(|at| at <= now)
+            });
+        self.closing = waiting;
+        for turn in due {
+            out.push(Effect::Streaming(StreamingWrite::Clear {
+                conversation_id: turn.conversation_id.clone(),
+            }));
+            finish_close(turn, config, now, out);
+        }
+    }
+
+    fn on_disconnect(&mut self, out: &mut Vec<Effect>) {
+        for turn in std::mem::take(&mut self.closing) {
+            if let Some(request) = turn.closing.and_then(|c| c.request) {
+                out.push(reply(request, HostReply::Done));
+            }
+        }
+        let failure = DeliveryFailure {
+            class: FailureClass::Ambiguous,
+            error: "Canon adapter disconnected".to_owned(),
+            retryable: false,
+        };
+        let ops: Vec<OpId> = self.waiters.keys().copied().collect();
+        for op in ops {
+            self.reply_waiters(op, &Err(failure.clone()), out);
+        }
+        self.sessions.clear();
+        self.typing.clear();
+    }
+
+    /// The open lifecycle turn an outbound call belongs to (turns.md §7.1):
+    /// the task-local session when it is bound to the same conversation,
+    /// else the unique open session of that conversation; several and none
+    /// task-local means no turn.
+    fn open_turn_mut(
+        &mut self,
+        session_key: Option<&str>,
+        conversation_id: &str,
+    ) -> Option<&mut Turn> {
+        let key = self.open_turn_key(session_key, conversation_id)?;
+        self.sessions.get_mut(&key)
+    }
+
+    /// The session key of the open lifecycle turn an outbound call belongs
+    /// to (see `open_turn_mut`).
+    fn open_turn_key(&self, session_key: Option<&str>, conversation_id: &str) -> Option<String> {
+        let own = session_key.filter(|key| {
+            self.sessions
+                .get(*key)
+                .is_some_and(|t| t.lifecycle && t.conversation_id == conversation_id)
+        });
+        if let Some(key) = own {
+            return Some(key.to_owned());
+        }
+        let mut open = self
+            .sessions
+            .iter()
+            .filter(|(_, t)| t.lifecycle && t.conversation_id == conversation_id);
+        let first = open.next()?;
+        if open.next().is_some() {
+            tracing::debug!(conversation_id, "several open turns; refusing to guess");
+            return None;
+        }
+        Some(first.0.clone())
+    }
+}
+
+/// A preview call outside any lifecycle turn.
+#[derive(Debug, Clone, Copy)]
+struct LooseCall<'a> {
+    request: RequestId,
+    session_key: Option<&'a str>,
+    conversation_id: &'a str,
+    content: &'a str,
+    random: u128,
+}
+
+/// Result of asking the ledger to reserve an operation.
+#[derive(Debug)]
+enum Reservation {
+    Send(Delivery),
+    InFlight(OpId),
+    Silenced,
+    DuplicateFinal,
+    Refused(String),
+}
+
+impl Turn {
+    fn new(
+        id: &str,
+        conversation_id: &str,
+        now: u64,
+        lifecycle: bool,
+        verbosity: Verbosity,
+    ) -> Turn {
+        Turn {
+            id: id.to_owned(),
+            conversation_id: conversation_id.to_owned(),
+            opened_at: now,
+            lifecycle,
+            resumed: false,
+            state: TurnState::Thinking,
+            verbosity,
+            trigger_message_id: None,
+            responder: None,
+            reply_authority: None,
+            queue_depth: 0,
+            activity: Activity::new(id),
+            candidate: None,
+            ledger: Ledger::default(),
+            final_committed: false,
+            silenced: false,
+            typing_paused: false,
+            last_publish_ms: now,
+            last_tool_write_ms: None,
+            tool_write_pending: false,
+            clear_at: None,
+            closing: None,
+        }
+    }
+
+    fn heartbeat_at(&self) -> Option<u64> {
+        (self.lifecycle && self.closing.is_none() && self.state != TurnState::WaitingInput)
+            .then(|| self.last_publish_ms.saturating_add(HEARTBEAT_MS))
+    }
+
+    fn tool_write_at(&self) -> Option<u64> {
+        if !self.tool_write_pending {
+            return None;
+        }
+        Some(
+            self.last_tool_write_ms
+                .map_or(0, |last| last.saturating_add(TOOL_ACTIVITY_MIN_INTERVAL_MS)),
+        )
+    }
+
+    /// `POST /runtime/turn` for an open state, steering typing.
+    fn publish(
+        &mut self,
+        state: TurnState,
+        active: Option<Vec<String>>,
+        config: TurnConfig,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        self.state = state;
+        self.last_publish_ms = now;
+        out.push(Effect::PublishTurn(self.body(state, active, config, now)));
+        if state == TurnState::WaitingInput {
+            if !self.typing_paused {
+                self.typing_paused = true;
+                out.push(Effect::PauseTyping {
+                    conversation_id: self.conversation_id.clone(),
+                });
+            }
+        } else if self.typing_paused {
+            self.typing_paused = false;
+            out.push(Effect::ResumeTyping {
+                conversation_id: self.conversation_id.clone(),
+            });
+        }
+    }
+
+    fn body(
+        &self,
+        state: TurnState,
+        active: Option<Vec<String>>,
+        config: TurnConfig,
+        now: u64,
+    ) -> TurnPublish {
+        TurnPublish {
+            conversation_id: self.conversation_id.clone(),
+            state,
+            turn_id: self.id.clone(),
+            queue_depth: self.queue_depth,
+            active_message_ids: active,
+            capabilities: Capabilities {
+                supports_interrupt: true,
+                supports_queue: true,
+                supports_interleave: config.supports_interleave,
+                supports_input_interrupt: state != TurnState::WaitingInput,
+                supports_non_final_permanent_messages: false,
+            },
+            opened_at: self.opened_at,
+            turn_updated_at: now,
+        }
+    }
+
+    /// Stages content (turns.md §7.4) and mirrors it into the speech block.
+    fn stage(
+        &mut self,
+        content: &str,
+        finalized: bool,
+        append_final: bool,
+        reply_to: Option<String>,
+        hermes_metadata: &Map<String, Value>,
+    ) {
+        let mut candidate = self.candidate.take().unwrap_or_default();
+        if candidate.finalized && candidate.text != content && (!finalized || append_final) {
+            let sealed = std::mem::take(&mut candidate.text);
+            candidate.sealed_parts.push(sealed);
+        }
+        let (metadata, options) = durable_fields(hermes_metadata);
+        candidate.metadata.extend(metadata);
+        candidate.options.extend(options);
+        if reply_to.is_some() {
+            candidate.reply_to = reply_to;
+        }
+        content.clone_into(&mut candidate.text);
+        candidate.finalized = finalized;
+        let durable = candidate.durable_text();
+        self.activity.replace_text_segment(&durable, finalized);
+        self.candidate = Some(candidate);
+    }
+
+    /// E2/E3 writes: verbose `/streaming` set, then `streaming`.
+    fn stream_and_publish(&mut self, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
+        self.tool_write_pending = false;
+        if self.verbosity == Verbosity::Verbose {
+            let text = self
+                .candidate
+                .as_ref()
+                .map(Candidate::durable_text)
+                .unwrap_or_default();
+            out.push(Effect::Streaming(StreamingWrite::Set {
+                conversation_id: self.conversation_id.clone(),
+                turn_id: self.id.clone(),
+                text: Some(text),
+                blocks: self.live_blocks(),
+            }));
+        }
+        self.publish(TurnState::Streaming, None, config, now, out);
+    }
+
+    fn live_blocks(&self) -> Option<Vec<Value>> {
+        let blocks = live_blocks(self.activity.blocks());
+        (!blocks.is_empty()).then_some(blocks)
+    }
+
+    /// OQ-4: a tool started, or the last running tool finished.
+    fn tool_activity(&mut self, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
+        let due = self
+            .last_tool_write_ms
+            .is_none_or(|last| now >= last.saturating_add(TOOL_ACTIVITY_MIN_INTERVAL_MS));
+        if due {
+            self.write_tool_activity(config, now, out);
+        } else {
+            self.tool_write_pending = true;
+        }
+    }
+
+    fn write_tool_activity(&mut self, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
+        self.tool_write_pending = false;
+        self.last_tool_write_ms = Some(now);
+        if self.verbosity == Verbosity::Verbose {
+            let text = self
+                .candidate
+                .as_ref()
+                .map(Candidate::durable_text)
+                .unwrap_or_default();
+            out.push(Effect::Streaming(StreamingWrite::Set {
+                conversation_id: self.conversation_id.clone(),
+                turn_id: self.id.clone(),
+                text: Some(text),
+                blocks: self.live_blocks(),
+            }));
+        }
+        if self.state != TurnState::WaitingInput {
+            let state = if self.activity.running_tools() > 0 {
+                TurnState::Tool
+            } else {
+                TurnState::Thinking
+            };
+            self.publish(state, None, config, now, out);
+        }
+    }
+
+    /// The ledger's reserve step (turns.md §4.4).
+    fn reserve(
+        &mut self,
+        op: OpId,
+        kind: OpKind,
+        text: &str,
+        reply_to: Option<&str>,
+        metadata: Map<String, Value>,
+        options: Map<String, Value>,
+    ) -> Reservation {
+        if self.silenced {
+            return Reservation::Silenced;
+        }
+        if matches!(kind, OpKind::Flush | OpKind::FinalizeEdit) && self.final_committed {
+            return Reservation::DuplicateFinal;
+        }
+        let trail = if should_publish_turn_trail(self.verbosity) {
+            final_turn_trail(self.activity.blocks())
+        } else {
+            Vec::new()
+        };
+        if let Some(pending) = self.ledger.pending.as_mut() {
+            let texts = split_texts(text);
+            let same = texts.len() == pending.delivery.parts.len()
+                && texts
+                    .iter()
+                    .zip(&pending.delivery.parts)
+                    .all(|(a, b)| *a == b.text);
+            if !same {
+                return Reservation::Refused(REFUSED_REPLACEMENT.to_owned());
+            }
+            if pending.in_flight {
+                return Reservation::InFlight(pending.delivery.op);
+            }
+            pending.in_flight = true;
+            return Reservation::Send(pending.delivery.clone());
+        }
+        let ordinal = Ordinal::after_settled(self.ledger.settled);
+        let base = stable_final_message_id(&self.conversation_id, Some(&self.id), ordinal);
+        let Some(delivery) = build_delivery(&DeliverySpec {
+            op,
+            route: Route::Messages,
+            conversation_id: &self.conversation_id,
+            turn_id: Some(&self.id),
+            base_id: base.as_deref(),
+            text,
+            reply_to,
+            metadata,
+            options,
+            reply_authority: self.reply_authority.clone(),
+            trail,
+        }) else {
+            return Reservation::Refused("Canon could not plan the message".to_owned());
+        };
+        self.ledger.pending = Some(PendingOp {
+            delivery: delivery.clone(),
+            ordinal: Some(ordinal),
+            kind,
+            in_flight: true,
+        });
+        Reservation::Send(delivery)
+    }
+
+    /// The pending operation succeeded: advance the ordinal.
+    fn settle(&mut self) {
+        if let Some(pending) = self.ledger.pending.take() {
+            if let Some(ordinal) = pending.ordinal {
+                self.ledger.settled = ordinal.get();
+            }
+        }
+    }
+
+    /// The pending operation failed: drop it only when nothing can have been
+    /// stored, else keep it for an exact replay (turns.md §4.4).
+    fn release_or_keep(&mut self, class: FailureClass) {
+        let Some(pending) = self.ledger.pending.as_mut() else {
+            return;
+        };
+        let single = pending.delivery.parts.len() == 1;
+        if single && matches!(class, FailureClass::PreHandler | FailureClass::Rejected) {
+            self.ledger.pending = None;
+        } else {
+            pending.in_flight = false;
+        }
+    }
+}
+
+/// The closing publish (turns.md §7.3 "Closing publish"), typing resume and
+/// the answer to `turn.complete`.
+fn finish_close(mut turn: Turn, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
+    let Some(closing) = turn.closing.take() else {
+        return;
+    };
+    out.push(Effect::PublishTurn(turn.body(
+        closing.state,
+        None,
+        config,
+        now,
+    )));
+    out.push(Effect::ResumeTyping {
+        conversation_id: turn.conversation_id.clone(),
+    });
+    if let Some(request) = closing.request {
+        out.push(reply(request, HostReply::Done));
+    }
+}
+
+fn reply(request: RequestId, reply: HostReply) -> Effect {
+    Effect::Reply { request, reply }
+}
+
+/// Python truthiness of a marker.
+fn truthy(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+    }
+}
+
+/// The session a send without a lifecycle turn is filed under: the
+/// task-local session, else one per chat.
+fn loose_session_key(session_key: Option<&str>, conversation_id: &str) -> String {
+    match session_key.filter(|k| !k.is_empty()) {
+        Some(key) => key.to_owned(),
+        None => format!("chat:{conversation_id}"),
+    }
+}
+
+/// The metadata and options of a durable send from the Hermes metadata
+/// (turns.md §7.4 "Metadata from Hermes").
+fn durable_fields(hermes: &Map<String, Value>) -> (Map<String, Value>, Map<String, Value>) {
+    let options: Map<String, Value> = hermes
+        .get("canon_options")
+        .and_then(Value::as_object)
+        .map(|bag| {
+            bag.iter()
+                .filter(|(k, _)| ALLOWED_OPTION_KEYS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let metadata = match hermes.get("canon_metadata").and_then(Value::as_object) {
+        Some(canon) => canon
+            .iter()
+            .filter(|(k, _)| !RESERVED_METADATA_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        None => {
+            let rest: Map<String, Value> = hermes
+                .iter()
+                // canon-wire.md Q10: JSON scalars only, never the bags.
+                .filter(|(k, v)| {
+                    !matches!(
+                        k.as_str(),
+                        "expect_edits" | "notify" | "canon_options" | "canon_metadata"
+                    ) && !v.is_object()
+                        && !v.is_array()
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let mut metadata = Map::new();
+            if !rest.is_empty() {
+                metadata.insert("hermes".to_owned(), Value::Object(rest));
+            }
+            metadata
+        }
+    };
+    (metadata, options)
+}
+
+/// The part texts an answer splits into (production defaults).
+fn split_texts(text: &str) -> Vec<String> {
+    plan_answer(AnswerSpec::new(text))
+        .map(|plan| plan.parts().iter().map(|p| p.text().to_owned()).collect())
+        .unwrap_or_default()
+}
+
+struct DeliverySpec<'a> {
+    op: OpId,
+    route: Route,
+    conversation_id: &'a str,
+    turn_id: Option<&'a str>,
+    base_id: Option<&'a str>,
+    text: &'a str,
+    reply_to: Option<&'a str>,
+    metadata: Map<String, Value>,
+    options: Map<String, Value>,
+    reply_authority: Option<ReplyAuthority>,
+    trail: Vec<TrailBlock>,
+}
+
+/// Plans an answer with `canon_chunking` and turns it into owned messages.
+///
+/// canon-wire.md Q10: when the final metadata would exceed 4,096 UTF-16
+/// units, or the trail had to be dropped, `metadata.hermes` goes first and
+/// the plan is made again.
+fn build_delivery(spec: &DeliverySpec<'_>) -> Option<Delivery> {
+    let plan_with = |metadata: Map<String, Value>| {
+        let mut answer = AnswerSpec::new(spec.text);
+        answer.base_id = spec.base_id;
+        answer.turn_id = spec.turn_id.filter(|_| spec.route == Route::Messages);
+        answer.metadata = metadata;
+        answer.turn_trail = spec.trail.iter().map(TrailBlock::to_json).collect();
+        plan_answer(answer).ok()
+    };
+    let mut plan = plan_with(spec.metadata.clone())?;
+    let oversized =
+        plan.trail_dropped() || json_u16_len(plan.final_part().metadata()) > METADATA_MAX_U16;
+    if oversized && spec.metadata.contains_key("hermes") {
+        let mut lean = spec.metadata.clone();
+        lean.retain(|key, _| key != "hermes");
+        plan = plan_with(lean)?;
+    }
+    let parts = plan
+        .parts()
+        .iter()
+        .map(|part| OutboundMessage {
+            message_id: part.message_id().map(str::to_owned),
+            text: part.text().to_owned(),
+            reply_to: spec.reply_to.map(str::to_owned),
+            metadata: part.metadata().clone(),
+            options: if part.role() == PartRole::Final {
+                spec.options.clone()
+            } else {
+                Map::new()
+            },
+            reply_authority: spec.reply_authority.clone(),
+        })
+        .collect();
+    Some(Delivery {
+        op: spec.op,
+        route: spec.route,
+        conversation_id: spec.conversation_id.to_owned(),
+        turn_id: spec.turn_id.map(str::to_owned),
+        parts,
+    })
+}
+
+#[cfg(test)]
+mod tests;
