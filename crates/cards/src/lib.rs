@@ -12,6 +12,12 @@
 //! trim, own-key order, `Number::toString`, `String()`, the `JSON.stringify` byte length) are in
 //! [`js`].
 //!
+//! [`values::validate_runtime_card_field_values`] is the related server check of cards.md §17.1:
+//! it validates the `values` a human submitted for one action of an interactive card against the
+//! action's `fields` and returns the first problem (or `None`), byte for byte as
+//! backend-contracts 8.6.1 `validateRuntimeCardFieldValues`. Domain code calls it to revalidate
+//! values before acting on them; `fixtures/card-values/cases.jsonl` pins it to the package.
+//!
 //! Invariants:
 //! - No I/O, no clock, no global state; the same input always gives the same result.
 //! - Never panics on any input, however deeply nested; recursion depth is bounded by the card
@@ -32,6 +38,7 @@
 
 pub mod js;
 mod validate;
+pub mod values;
 pub mod vocab;
 
 use serde::{Deserialize, Serialize};

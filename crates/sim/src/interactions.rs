@@ -705,10 +705,10 @@ pub fn json_depth(value: &Value) -> usize {
     max
 }
 
-/// Checks a card answer against the card (the sim's reading of contracts
-/// `validateRuntimeCardFieldValues`): the action must exist when the card declares actions;
-/// values may only name the action's fields; required fields must be present and non-empty.
-/// Per-type value checks (numbers, selects, line items) are not reproduced.
+/// Checks a card answer against the card: the action must exist when the card declares actions
+/// (the sim's own rule), and the submitted values must pass contracts
+/// `validateRuntimeCardFieldValues` against that action's fields, which canon-cards reproduces
+/// exactly (cards.md §17.1; its first problem message is the error).
 pub fn check_card_answer(
     card: &Value,
     action_id: Option<&str>,
@@ -732,35 +732,52 @@ pub fn check_card_answer(
     else {
         return Err(format!("Unknown action: {}", action_id.unwrap_or("")));
     };
-    let Some(fields) = action
-        .get("fields")
-        .and_then(Value::as_array)
-        .filter(|f| !f.is_empty())
-    else {
-        return Ok(());
-    };
-    let empty = Map::new();
-    let given = values.as_object().unwrap_or(&empty);
-    for key in given.keys() {
-        if !fields
-            .iter()
-            .any(|f| f.get("id").and_then(Value::as_str) == Some(key.as_str()))
-        {
-            return Err(format!("Unknown field: {key}"));
-        }
+    let fields = action.get("fields").unwrap_or(&Value::Null);
+    match canon_cards::values::validate_runtime_card_field_values(action_id, fields, values) {
+        Some(problem) => Err(problem),
+        None => Ok(()),
     }
-    for field in fields {
-        let id = field.get("id").and_then(Value::as_str).unwrap_or("");
-        let missing = match given.get(id) {
-            None | Some(Value::Null) => true,
-            Some(Value::String(s)) => s.trim().is_empty(),
-            Some(Value::Array(a)) => a.is_empty(),
-            Some(_) => false,
-        };
-        if missing && field.get("required") == Some(&Value::Bool(true)) {
-            let label = field.get("label").and_then(Value::as_str).unwrap_or(id);
-            return Err(format!("{label} is required"));
-        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card() -> Value {
+        json!({"schema": "canon.card.v1", "title": "Order", "fallbackText": "Order", "blocks": [
+            {"kind": "actions", "actions": [
+                {"id": "ok", "label": "OK"},
+                {"id": "order", "label": "Order", "fields": [
+                    {"id": "qty", "label": "Qty", "type": "number", "min": 1, "step": 1},
+                    {"id": "size", "label": "Size", "type": "select", "choices": [{"value": "s", "label": "Small"}]},
+                    {"id": "lines", "label": "Lines", "type": "lineItems", "columns": [
+                        {"id": "price", "label": "Price", "type": "currency"}
+                    ]}
+                ]}
+            ]}
+        ]})
     }
-    Ok(())
+
+    #[test]
+    fn card_answers_get_the_contracts_type_checks() {
+        let check = |action: &str, values: Value| check_card_answer(&card(), Some(action), &values);
+        assert_eq!(check("order", json!({"qty": 2, "size": "s"})), Ok(()));
+        assert_eq!(check("ok", json!({})), Ok(()));
+        assert_eq!(
+            check("order", json!({"qty": 0.5})),
+            Err("Qty must be at least 1".to_owned())
+        );
+        assert_eq!(
+            check("order", json!({"size": "Small"})),
+            Err("Size contains an invalid choice".to_owned())
+        );
+        assert_eq!(
+            check("order", json!({"lines": [{"price": 1.005}]})),
+            Err("Lines: row 1: Price must have at most 2 decimal places".to_owned())
+        );
+        assert_eq!(
+            check("nope", json!({})),
+            Err("Unknown action: nope".to_owned())
+        );
+    }
 }
