@@ -2,6 +2,8 @@
 //! canon-wire.md §11 (every validation has a lenient switch, every server choice the spec
 //! leaves open has a switch with the recommended default).
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 /// The environment the simulator impersonates (canon-wire.md §11.1 S4).
@@ -152,6 +154,25 @@ pub struct SimConfig {
     /// Serve the stream on a second loopback port (proves a client keeps `baseUrl` and
     /// `streamUrl` apart; both ports serve every path).
     pub separate_stream_port: bool,
+    /// Serve REST and SSE over TLS with this identity (canon-wire.md §11.1 S3); null = plain
+    /// HTTP. The URLs then start with `https://`.
+    pub tls: Option<TlsIdentity>,
+}
+
+/// The certificate and key the simulator serves TLS with (canon-wire.md §11.1 S3).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum TlsIdentity {
+    /// The committed test identity of `fixtures/tls/` (embedded at build time; covers
+    /// `127.0.0.1` and `localhost`). Clients trust it through [`crate::tls::TEST_CA_PEM`].
+    TestFixture,
+    /// A PEM certificate chain (leaf first) and a PEM private key read from disk at start.
+    Files {
+        /// The certificate chain.
+        cert: PathBuf,
+        /// The private key (PKCS#8, PKCS#1 or SEC1).
+        key: PathBuf,
+    },
 }
 
 impl Default for SimConfig {
@@ -164,6 +185,7 @@ impl Default for SimConfig {
             switches: Switches::default(),
             bootstrap: true,
             separate_stream_port: false,
+            tls: None,
         }
     }
 }

@@ -36,6 +36,9 @@ pub enum SimError {
     /// A model script could not be read or parsed.
     #[error("invalid model script: {0}")]
     Script(String),
+    /// The TLS certificate or key could not be used (canon-wire.md §11.1 S3).
+    #[error("invalid TLS identity: {0}")]
+    Tls(String),
     /// Reading a file failed.
     #[error("could not read {path}")]
     Io {

@@ -11,17 +11,20 @@
 //! * [`config::SimConfig`] / [`config::Switches`]: seed, environment and behaviour switches.
 //! * [`faults::FaultRule`]: fault injection of §11.6.
 //! * [`model::ModelServer`] / [`model::Script`]: the scripted model.
+//! * [`config::TlsIdentity`]: optional TLS (§11.1 S3); [`tls::TEST_CA_PEM`] is the committed
+//!   test CA a test client trusts.
 //! * [`journal::JournalEntry`] and [`journal::canonical`] (the comparable form of §12.4);
 //!   [`verbs::merge_intent`] (the verb intent a wire request stands for, logged per verb).
 //!
 //! Module map: [`server`] (hyper plumbing, faults, journaling) dispatches to [`api`] (REST),
-//! [`interactions`], [`verbs`], [`stream`] (SSE) and [`control`] (`/__sim/`); [`state`] holds the
+//! [`interactions`], [`verbs`], [`stream`] (SSE) and [`control`] (`/__sim/`), after the optional
+//! TLS handshake of [`tls`]; [`state`] holds the
 //! §11.2 model and the §11.4 emission rule.
 //!
 //! # Invariants
 //!
 //! * Loopback only: the listener binds 127.0.0.1 and the simulator never opens an outbound
-//!   connection.
+//!   connection, with or without TLS.
 //! * Bounded memory: messages, histories, the journal, replay buffers, uploads and fault rules
 //!   have fixed caps (see the `*_CAP` constants).
 //! * Deterministic: ids and tokens come from the seed; every deadline reads the controllable
@@ -33,7 +36,8 @@
 //! # Dependencies
 //!
 //! canon-dispatch and canon-cards only among our crates (never transport, adapter or cli);
-//! tokio, hyper, hyper-util, http-body-util and bytes for serving.
+//! tokio, hyper, hyper-util, http-body-util and bytes for serving; rustls (ring provider, no
+//! default features) and tokio-rustls for the optional TLS mode.
 
 pub mod api;
 pub mod body;
@@ -49,6 +53,7 @@ pub mod model;
 pub mod server;
 pub mod state;
 pub mod stream;
+pub mod tls;
 pub mod verbs;
 
 use std::net::SocketAddr;
@@ -58,7 +63,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::watch;
 
-pub use config::{SimConfig, Switches};
+pub use config::{SimConfig, Switches, TlsIdentity};
 pub use error::SimError;
 pub use state::{ConversationSpec, PrincipalSpec, State};
 
@@ -81,11 +86,17 @@ pub struct Sim;
 impl Sim {
     /// Starts a simulator on the current tokio runtime.
     pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let (shared, addr, stream_addr, stop) = server::start(config).await?;
         Ok(SimHandle {
             shared,
             addr,
             stream_addr,
+            scheme,
             stop,
         })
     }
@@ -97,6 +108,8 @@ pub struct SimHandle {
     shared: Arc<Shared>,
     addr: SocketAddr,
     stream_addr: SocketAddr,
+    /// `http` or `https` (with [`SimConfig::tls`]).
+    scheme: &'static str,
     stop: watch::Sender<bool>,
 }
 
@@ -112,14 +125,14 @@ impl SimHandle {
         self.addr
     }
 
-    /// The REST base URL (`http://127.0.0.1:<port>`).
+    /// The REST base URL (`http://127.0.0.1:<port>`, `https://` with [`SimConfig::tls`]).
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.addr.port())
+        format!("{}://127.0.0.1:{}", self.scheme, self.addr.port())
     }
 
     /// The stream base URL (the REST origin unless `separate_stream_port` is set).
     pub fn stream_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.stream_addr.port())
+        format!("{}://127.0.0.1:{}", self.scheme, self.stream_addr.port())
     }
 
     /// The stream listener's address.

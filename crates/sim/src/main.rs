@@ -4,12 +4,17 @@
 //! ```text
 //! canon-sim serve [--port N] [--seed S] [--print-env] [--environment ID --project ID]
 //!                 [--frozen-clock MS] [--separate-stream-port] [--agents-json PATH]
-//!                 [--exit-after SECS]
+//!                 [--exit-after SECS] [--tls | --tls-cert PEM --tls-key PEM]
 //! canon-sim model --script FILE [--port N] [--print-env] [--exit-after SECS]
 //! ```
 //!
 //! `--print-env` prints `KEY=value` lines on stdout once the server listens (this module's job
 //! is printing, so it may use stdout). Logs go to nowhere: the binary installs no subscriber.
+//!
+//! `--tls` serves REST and SSE over TLS with the committed test identity of `fixtures/tls/`
+//! (clients must trust `fixtures/tls/ca.pem`); `--tls-cert`/`--tls-key` use another PEM pair.
+//! Either way the URLs printed (and `--agents-json`) start with `https://`
+//! (canon-wire.md §11.1 S3).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -17,9 +22,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use canon_sim::model::{ModelServer, Script};
-use canon_sim::{Sim, SimConfig};
+use canon_sim::{Sim, SimConfig, TlsIdentity};
 
-const USAGE: &str = "usage:\n  canon-sim serve [--port N] [--seed S] [--print-env] [--environment ID --project ID] [--frozen-clock MS] [--separate-stream-port] [--agents-json PATH] [--exit-after SECS]\n  canon-sim model --script FILE [--port N] [--print-env] [--exit-after SECS]";
+const USAGE: &str = "usage:\n  canon-sim serve [--port N] [--seed S] [--print-env] [--environment ID --project ID] [--frozen-clock MS] [--separate-stream-port] [--agents-json PATH] [--exit-after SECS] [--tls | --tls-cert PEM --tls-key PEM]\n  canon-sim model --script FILE [--port N] [--print-env] [--exit-after SECS]";
 
 fn main() {
     match run() {
@@ -51,6 +56,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut exit_after: Option<u64> = None;
     let mut script_path: Option<String> = None;
     let mut agents_json: Option<String> = None;
+    let mut tls = false;
+    let mut tls_cert: Option<String> = None;
+    let mut tls_key: Option<String> = None;
     let mut i = 1;
     while i < args.len() {
         match args[i].as_str() {
@@ -64,6 +72,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--exit-after" => exit_after = Some(value(&args, i, "--exit-after")?),
             "--script" => script_path = Some(value(&args, i, "--script")?),
             "--agents-json" => agents_json = Some(value(&args, i, "--agents-json")?),
+            "--tls-cert" => tls_cert = Some(value(&args, i, "--tls-cert")?),
+            "--tls-key" => tls_key = Some(value(&args, i, "--tls-key")?),
+            "--tls" => {
+                tls = true;
+                i += 1;
+                continue;
+            }
             "--separate-stream-port" => {
                 config.separate_stream_port = true;
                 i += 1;
@@ -82,6 +97,15 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
         i += 2;
     }
+    config.tls = match (tls, tls_cert, tls_key) {
+        (false, None, None) => None,
+        (true, None, None) => Some(TlsIdentity::TestFixture),
+        (_, Some(cert), Some(key)) => Some(TlsIdentity::Files {
+            cert: cert.into(),
+            key: key.into(),
+        }),
+        _ => return Err(format!("--tls-cert and --tls-key go together\n{USAGE}").into()),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -108,6 +132,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 drop(sim);
             }
             "model" => {
+                if config.tls.is_some() {
+                    return Err(format!("model serves plain HTTP only\n{USAGE}").into());
+                }
                 let path =
                     script_path.ok_or_else(|| format!("model needs --script FILE\n{USAGE}"))?;
                 let script = Script::load(std::path::Path::new(&path))?;

@@ -14,8 +14,10 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use crate::api::{ApiRequest, Reply, ReplyBody};
 use crate::body::{Aborted, SimBody};
@@ -91,6 +93,9 @@ async fn bind(port: u16) -> Result<(TcpListener, SocketAddr), SimError> {
 /// Binds 127.0.0.1:`port` (and a second loopback port for the stream when configured) and
 /// starts serving.
 pub(crate) async fn start(config: SimConfig) -> Result<Started, SimError> {
+    // Build the TLS acceptor first: a bad certificate fails before anything listens.
+    let tls = config.tls.as_ref().map(crate::tls::acceptor).transpose()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let (listener, addr) = bind(config.port).await?;
     let second = if config.separate_stream_port {
         Some(bind(0).await?)
@@ -98,8 +103,8 @@ pub(crate) async fn start(config: SimConfig) -> Result<Started, SimError> {
         None
     };
     let stream_addr = second.as_ref().map_or(addr, |(_, a)| *a);
-    let origin = format!("http://127.0.0.1:{}", addr.port());
-    let stream_origin = format!("http://127.0.0.1:{}", stream_addr.port());
+    let origin = format!("{scheme}://127.0.0.1:{}", addr.port());
+    let stream_origin = format!("{scheme}://127.0.0.1:{}", stream_addr.port());
     let (version, _) = watch::channel(0);
     let mut state = State::new(config, origin);
     state.stream_origin = stream_origin;
@@ -108,16 +113,25 @@ pub(crate) async fn start(config: SimConfig) -> Result<Started, SimError> {
         version,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
-    spawn_accept(listener, Arc::clone(&shared), stop_rx.clone(), 0);
+    spawn_accept(
+        listener,
+        tls.clone(),
+        Arc::clone(&shared),
+        stop_rx.clone(),
+        0,
+    );
     if let Some((l, _)) = second {
-        spawn_accept(l, Arc::clone(&shared), stop_rx, 1 << 32);
+        spawn_accept(l, tls, Arc::clone(&shared), stop_rx, 1 << 32);
     }
     Ok((shared, addr, stream_addr, stop_tx))
 }
 
 /// Accepts connections until the stop switch flips. Connection ids start at `first_conn + 1`.
+/// With `tls`, each connection is served after its TLS handshake (bounded by
+/// [`crate::tls::HANDSHAKE_TIMEOUT`]); a failed handshake only ends that connection.
 fn spawn_accept(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
     first_conn: u64,
@@ -132,22 +146,48 @@ fn spawn_accept(
                     next_conn += 1;
                     let conn_id = next_conn;
                     let shared = Arc::clone(&shared);
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        let service = service_fn(move |req| {
-                            let shared = Arc::clone(&shared);
-                            async move { handle(shared, conn_id, req).await }
-                        });
-                        if let Err(e) = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await
-                        {
-                            tracing::debug!(conn_id, error = %e, "connection ended with an error");
+                        match tls {
+                            None => serve(stream, shared, conn_id).await,
+                            Some(acceptor) => {
+                                let handshake = tokio::time::timeout(
+                                    crate::tls::HANDSHAKE_TIMEOUT,
+                                    acceptor.accept(stream),
+                                );
+                                match handshake.await {
+                                    Ok(Ok(stream)) => serve(stream, shared, conn_id).await,
+                                    Ok(Err(e)) => {
+                                        tracing::debug!(conn_id, error = %e, "TLS handshake failed");
+                                    }
+                                    Err(_) => {
+                                        tracing::debug!(conn_id, "TLS handshake timed out");
+                                    }
+                                }
+                            }
                         }
                     });
                 }
             }
         }
     });
+}
+
+/// Serves HTTP/1.1 on one accepted (plain or TLS) connection until it ends.
+async fn serve<S>(stream: S, shared: Arc<Shared>, conn_id: u64)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let shared = Arc::clone(&shared);
+        async move { handle(shared, conn_id, req).await }
+    });
+    if let Err(e) = http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!(conn_id, error = %e, "connection ended with an error");
+    }
 }
 
 fn to_response(reply: &Reply) -> Response<SimBody> {

@@ -9,4 +9,5 @@ mod rest;
 mod robustness;
 mod stream;
 mod support;
+mod tls;
 mod verbs;
