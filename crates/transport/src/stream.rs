@@ -10,6 +10,8 @@
 //!
 //! * the cursor is the id of the last accepted frame that had one, updated
 //!   **before** the event is delivered, and sent as `Last-Event-ID`;
+//!   `agent.context` never moves it (it is sent before the replay, so a break
+//!   right after it would otherwise lose the events still to be replayed);
 //!   `replay.expired` sets it to `lastAvailableId` or clears it;
 //! * connect timeout (30 s) covers connecting and the response head; the idle
 //!   watchdog (90 s) drops a connection that delivers no bytes at all;
@@ -432,7 +434,11 @@ impl Runner {
 
     /// Applies the cursor rules, then hands the event to the consumer.
     async fn deliver(&self, event: Event) -> bool {
-        if let Some(id) = &event.id {
+        // `agent.context` arrives with a fresh id *before* the replay of missed events; if it
+        // moved the cursor, a connection that broke right after it would skip those events for
+        // good. It is idempotent state, so replaying it again costs nothing.
+        let moves_cursor = !matches!(event.kind, EventKind::AgentContext { .. });
+        if let (Some(id), true) = (&event.id, moves_cursor) {
             self.set_cursor(Some(id.clone()));
         }
         match &event.kind {

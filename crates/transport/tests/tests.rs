@@ -7,3 +7,10 @@ mod media;
 mod rest;
 mod stream;
 mod tls;
+
+// Against the local Canon simulator (canon-sim) over real sockets.
+mod sim_rest;
+mod sim_stream;
+mod sim_support;
+mod sim_tls;
+mod soak;
