@@ -44,7 +44,7 @@ mod tests {
     fn metadata() -> Value {
         let root = crate::project_root();
         let output = Command::new(env!("CARGO"))
-            .args(["metadata", "--format-version", "1", "--offline"])
+            .args(["metadata", "--format-version", "1"])
             .current_dir(&root)
             .output()
             .expect("cargo metadata runs");

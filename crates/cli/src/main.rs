@@ -6,8 +6,11 @@
 //! - `canon-hermes card validate [FILE|-]` (alias `cards validate`): validate one canon.card.v1
 //!   card and print `{"ok":…,"errors":[…]}` on stdout. Exit 0 valid, 1 invalid, 2 when the input
 //!   cannot be read or is not JSON (the reason goes to stderr).
+//! - `canon-hermes serve --stdio`: the daemon the Python shim spawns; JSON lines of
+//!   hermes-host.md §19 on stdin/stdout, logs on stderr; exit 0 on stdin EOF.
 
 mod card;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -26,6 +29,7 @@ const USAGE: &str = "usage: canon-hermes <command>
 commands:
   card validate [FILE|-]   validate a canon.card.v1 card (stdin when FILE is - or absent);
                            prints {\"ok\":…,\"errors\":[…]}; exit 0 valid, 1 invalid, 2 unreadable
+  serve --stdio            run the daemon for the Hermes shim (JSON lines on stdin/stdout)
   help                     show this text";
 
 fn main() -> ExitCode {
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
         .as_slice()
     {
         ["card" | "cards", "validate", rest @ ..] => card::validate_command(rest),
+        ["serve", rest @ ..] => serve::serve_command(rest),
         ["help" | "--help" | "-h"] => {
             usage_to_stdout();
             exit::OK

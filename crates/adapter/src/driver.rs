@@ -1,0 +1,1417 @@
+//! The tokio driver behind `canon-hermes serve --stdio` (hermes-host.md
+//! §19.3–§19.11): JSON lines in from the shim, JSON lines out through one
+//! writer task, the [`crate::turn::TurnMachine`] in the middle, Canon through
+//! `canon_transport`, and the SSE stream through the inbound pipeline of
+//! `canon_dispatch`.
+//!
+//! # Shape
+//!
+//! One task owns all state and reacts, in a single `select!` loop, to: a
+//! line from the stdin reader task, an SSE item, the result of a durable
+//! delivery, and the turn machine's next deadline. Canon writes that the
+//! machine treats as best effort (turn publishes, streaming, typing, read
+//! marks, dispositions) run in order on one worker task, so the live bubble
+//! never sees its writes reordered; durable deliveries run on their own
+//! tasks and report back as [`Input::DeliveryOutcome`]. Frames to the shim
+//! go through one bounded channel to the writer task, so stdout carries
+//! protocol frames only and in order.
+//!
+//! # Not wired yet
+//!
+//! `probe`, `adapter.send_media`, `adapter.send_clarify`,
+//! `adapter.send_exec_approval`, `adapter.chat_info`, `standalone.send` with
+//! `media_files`, and every `tool.call` except `canon_runtime_control` with
+//! `action: "no_reply"` are answered with an `internal` error whose message
+//! says the request is unsupported ([`UNSUPPORTED_SUFFIX`]), never silently
+//! dropped. The daemon does not yet send `control.signal`,
+//! `approval.resolve`, `clarify.resolve` or `host.queue_depth`, does not
+//! download inbound media, and does not watch `CANON_HERMES_PARENT_PID`.
+//!
+//! # Invariants
+//!
+//! * Only the writer task writes to the output; logs go through `tracing`.
+//! * Never panics on shim input or on anything Canon sends.
+//! * The API key and reply-authority tokens never reach a log line.
+//! * No network I/O before `adapter.connect` or `standalone.send` (§19.3).
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
+use canon_dispatch::verbosity::ConversationType;
+use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
+use canon_transport::types::{
+    SendMessage, StreamingUpdate, TurnCapabilities, TurnUpdate, Typing as WireTyping,
+    TypingStatus as WireTypingStatus,
+};
+use canon_transport::{
+    CanonClient, ClientConfig, DurableRequest, EventKind, EventStream, TransportError,
+};
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::protocol::{
+    self, AdapterStatus, ChatRef, ConnectResult, DaemonNotification, DaemonRequest, ErrorBody,
+    ErrorCode, EventSource, EventSummary, Fatal, Frame, HandshakePolicy, InboundEvent,
+    InboundMessage, InboundMetadata, ShimNotification, ShimRequest, StandaloneResult, TurnStarted,
+    EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
+};
+use crate::secret::{Opaque, Secret};
+use crate::turn::{
+    ActivityEvent, Delivery, DeliveryFailure, Effect, FailureClass, HostEdit, HostReply, HostSend,
+    Input, NoReplyRequest, OpId, ProcessingStart, ReplyAuthority, RequestId, ResyncTurn, Route,
+    StandaloneSend, StreamingWrite, TurnConfig, TurnMachine, TurnState, TypingStatus,
+};
+
+/// The redacting API-key type of [`DriverConfig::api_key`], re-exported so
+/// the binary need not depend on `canon-transport` (ARCHITECTURE.md).
+pub use canon_transport::ApiKey;
+
+/// The `hermes-agent` version the shim must run on (hermes-host.md §16).
+pub const AUDITED_HERMES: &str = "0.19.0";
+
+/// The Python `major.minor` the shim must run on (hermes-host.md §16).
+pub const AUDITED_PYTHON: &str = "3.11";
+
+/// Frames buffered between the stdin reader and the loop, and between the
+/// loop and the stdout writer (hermes-host.md §19.9).
+pub const CHANNEL_FRAMES: usize = 256;
+
+/// How long in-flight Canon writes may finish after stdin EOF
+/// (hermes-host.md §19.3).
+pub const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Budget of the `no_reply` silence record (turns.md §8.4).
+pub const NO_REPLY_RECORD_BUDGET: Duration = Duration::from_secs(3);
+
+/// Inbound events remembered for `turn.start` lookups (our number).
+const MAX_EVENTS: usize = 1_024;
+
+/// Conversation objects cached from the stream (our number).
+const MAX_CONVERSATIONS: usize = 4_096;
+
+/// The end of the message of a request this daemon does not serve yet.
+pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
+
+/// What the driver needs; read from the environment by the binary.
+#[derive(Clone)]
+pub struct DriverConfig {
+    /// `CANON_BASE_URL`.
+    pub base_url: String,
+    /// `CANON_STREAM_URL`.
+    pub stream_url: String,
+    /// `CANON_API_KEY` (redacted in `Debug`).
+    pub api_key: ApiKey,
+    /// `CANON_ENVIRONMENT_ID`; when set, `adapter.connect` verifies both
+    /// services belong to it (canon-wire.md §1.2).
+    pub environment_id: Option<String>,
+    /// `HERMES_ALLOW_PRIVATE_URLS` (media downloads; kept for the media path).
+    pub allow_private_urls: bool,
+    /// `CANON_HOME_CHANNEL`, the standalone fallback target.
+    pub home_channel: Option<String>,
+    /// SHA-256 of the manifest this binary would install; `None` accepts the
+    /// shim's (the install command that generates it does not exist yet).
+    pub manifest_sha256: Option<String>,
+    /// Sleeps of the durable loop; `None` keeps the transport's defaults.
+    pub durable_backoff: Option<[Duration; 2]>,
+}
+
+impl std::fmt::Debug for DriverConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriverConfig")
+            .field("base_url", &self.base_url)
+            .field("stream_url", &self.stream_url)
+            .field("api_key", &self.api_key)
+            .field("environment_id", &self.environment_id)
+            .field("allow_private_urls", &self.allow_private_urls)
+            .field("home_channel", &self.home_channel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs the daemon until `input` reaches EOF; returns the process exit code
+/// (0, or [`EXIT_UNSUPPORTED_PROTOCOL`] after a failed version negotiation).
+pub async fn run<R, W>(config: DriverConfig, input: R, output: W) -> i32
+where
+    R: AsyncBufRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (line_tx, mut line_rx) = mpsc::channel::<Line>(CHANNEL_FRAMES);
+    let reader = tokio::spawn(read_lines(input, line_tx));
+    let (out_tx, out_rx) = mpsc::channel::<String>(CHANNEL_FRAMES);
+    let writer = tokio::spawn(write_lines(output, out_rx));
+    let (job_tx, job_rx) = mpsc::channel::<Job>(1_024);
+    let worker = tokio::spawn(run_jobs(job_rx));
+    let (done_tx, mut done_rx) = mpsc::channel::<(OpId, DeliveryResult)>(64);
+
+    let mut driver = Driver {
+        config,
+        out: out_tx,
+        jobs: job_tx,
+        done: done_tx,
+        deliveries: JoinSet::new(),
+        machine: TurnMachine::new(TurnConfig::default()),
+        dispatcher: Dispatcher::default(),
+        client: None,
+        stream: None,
+        agent_id: None,
+        agent_name: None,
+        handshake_done: false,
+        next_request: 0,
+        requests: HashMap::new(),
+        events: HashMap::new(),
+        event_order: VecDeque::new(),
+        next_event: 0,
+        next_daemon_id: 0,
+        conversations: HashMap::new(),
+        conversation_order: VecDeque::new(),
+        sessions: HashMap::new(),
+        exit_code: None,
+    };
+
+    loop {
+        let deadline = driver.machine.next_deadline();
+        let sleep = async move {
+            match deadline {
+                Some(at) => {
+                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let stream_item = async {
+            match driver.stream.as_mut() {
+                Some(stream) => stream.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            line = line_rx.recv() => match line {
+                Some(Line::Frame(bytes)) => driver.on_line(&bytes).await,
+                Some(Line::TooLarge) => tracing::warn!("dropped a frame above the size limit"),
+                None => break,
+            },
+            item = stream_item => match item {
+                Some(item) => driver.on_stream(item).await,
+                None => {
+                    tracing::warn!("event stream ended");
+                    driver.stream = None;
+                }
+            },
+            Some((op, result)) = done_rx.recv() => {
+                driver.feed(Input::DeliveryOutcome { op, result }).await;
+            }
+            () = sleep => driver.feed(Input::Timeout).await,
+        }
+        if driver.exit_code.is_some() {
+            break;
+        }
+    }
+
+    tracing::info!("stdin closed, shutting down");
+    reader.abort();
+    let exit_code = driver.exit_code.unwrap_or(0);
+    let Driver {
+        out,
+        jobs,
+        stream,
+        mut deliveries,
+        ..
+    } = driver;
+    drop(stream);
+    drop(jobs);
+    let finish = async {
+        while deliveries.join_next().await.is_some() {}
+        let _ = worker.await;
+    };
+    if tokio::time::timeout(EXIT_GRACE, finish).await.is_err() {
+        tracing::warn!("in-flight Canon writes did not finish within the exit grace");
+    }
+    drop(out);
+    let _ = writer.await;
+    exit_code
+}
+
+/// One line from the reader task.
+enum Line {
+    Frame(Vec<u8>),
+    TooLarge,
+}
+
+async fn read_lines<R: AsyncBufRead + Unpin>(mut input: R, tx: mpsc::Sender<Line>) {
+    let mut buf = Vec::new();
+    loop {
+        match read_bounded_line(&mut input, &mut buf).await {
+            Ok(None) => return,
+            Ok(Some(too_large)) => {
+                let line = if too_large {
+                    Line::TooLarge
+                } else {
+                    Line::Frame(std::mem::take(&mut buf))
+                };
+                if tx.send(line).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading stdin failed");
+                return;
+            }
+        }
+    }
+}
+
+/// Reads one LF-terminated line of at most [`MAX_FRAME_BYTES`]; a longer
+/// line is consumed and reported as too large. `None` at EOF.
+async fn read_bounded_line<R: AsyncBufRead + Unpin>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<bool>> {
+    buf.clear();
+    let mut too_large = false;
+    let mut any = false;
+    loop {
+        let available = input.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(any.then_some(too_large));
+        }
+        any = true;
+        let (take, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        if !too_large {
+            if buf.len() + take > MAX_FRAME_BYTES {
+                too_large = true;
+                buf.clear();
+            } else {
+                buf.extend_from_slice(&available[..take]);
+            }
+        }
+        input.consume(take);
+        if done {
+            return Ok(Some(too_large));
+        }
+    }
+}
+
+async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut rx: mpsc::Receiver<String>) {
+    while let Some(mut line) = rx.recv().await {
+        line.push('\n');
+        let written = async {
+            output.write_all(line.as_bytes()).await?;
+            output.flush().await
+        };
+        if let Err(error) = written.await {
+            tracing::warn!(%error, "writing stdout failed; dropping further frames");
+            while rx.recv().await.is_some() {}
+            return;
+        }
+    }
+    let _ = output.shutdown().await;
+}
+
+/// Work for the in-order worker.
+enum Job {
+    /// A best-effort Canon write.
+    Write { client: CanonClient, effect: Effect },
+    /// A response line to the shim, written only after every earlier write
+    /// finished (the closing publish happens inside `turn.complete`).
+    Respond {
+        out: mpsc::Sender<String>,
+        line: String,
+    },
+}
+
+async fn run_jobs(mut rx: mpsc::Receiver<Job>) {
+    while let Some(job) = rx.recv().await {
+        let (client, effect) = match job {
+            Job::Write { client, effect } => (client, effect),
+            Job::Respond { out, line } => {
+                if out.send(line).await.is_err() {
+                    tracing::debug!("stdout writer is gone; frame dropped");
+                }
+                continue;
+            }
+        };
+        let (what, result) = match &effect {
+            Effect::PublishTurn(p) => ("runtime turn", client.publish_turn(&turn_update(p)).await),
+            Effect::Streaming(write) => ("streaming", client.streaming(&streaming(write)).await),
+            Effect::Typing {
+                conversation_id,
+                typing,
+                status,
+            } => {
+                let body = WireTyping {
+                    conversation_id: conversation_id.clone(),
+                    typing: *typing,
+                    status: status.map(|s| match s {
+                        TypingStatus::Typing => WireTypingStatus::Typing,
+                        TypingStatus::Thinking => WireTypingStatus::Thinking,
+                    }),
+                };
+                ("typing", client.set_typing(&body).await)
+            }
+            Effect::MarkRead { conversation_id } => {
+                ("read", client.mark_read(conversation_id).await)
+            }
+            Effect::AckDisposition {
+                conversation_id,
+                message_id,
+            } => (
+                "disposition",
+                client.accept_disposition(conversation_id, message_id).await,
+            ),
+            Effect::RecordNoReply {
+                conversation_id,
+                message_id,
+                reason_given,
+            } => {
+                // turns.md §8.4: the literal `given` replaces the model's text.
+                let mut envelope = Map::new();
+                envelope.insert("conversationId".into(), conversation_id.as_str().into());
+                if let Some(id) = message_id {
+                    envelope.insert("messageId".into(), id.as_str().into());
+                }
+                let mut value = Map::new();
+                if *reason_given {
+                    value.insert("reason".into(), "given".into());
+                }
+                let call = client.execute_verb("no_reply", envelope, value);
+                match tokio::time::timeout(NO_REPLY_RECORD_BUDGET, call).await {
+                    Ok(result) => ("no_reply record", result.map(drop)),
+                    Err(_) => {
+                        tracing::debug!("no_reply record exceeded its budget");
+                        continue;
+                    }
+                }
+            }
+            _ => continue,
+        };
+        if let Err(error) = result {
+            tracing::warn!(what, %error, "best-effort Canon write failed");
+        }
+    }
+}
+
+fn turn_update(p: &crate::turn::TurnPublish) -> TurnUpdate {
+    use canon_transport::types::TurnState as W;
+    let state = match p.state {
+        TurnState::Thinking => W::Thinking,
+        TurnState::Streaming => W::Streaming,
+        TurnState::Tool => W::Tool,
+        TurnState::WaitingInput => W::WaitingInput,
+        TurnState::Completed => W::Completed,
+        TurnState::Interrupted => W::Interrupted,
+    };
+    TurnUpdate {
+        conversation_id: p.conversation_id.clone(),
+        state,
+        queue_depth: p.queue_depth,
+        turn_id: Some(p.turn_id.clone()),
+        active_message_ids: p.active_message_ids.clone(),
+        capabilities: TurnCapabilities {
+            supports_interrupt: p.capabilities.supports_interrupt,
+            supports_queue: p.capabilities.supports_queue,
+            supports_interleave: p.capabilities.supports_interleave,
+            supports_input_interrupt: p.capabilities.supports_input_interrupt,
+            supports_non_final_permanent_messages: p
+                .capabilities
+                .supports_non_final_permanent_messages,
+        },
+        opened_at: Some(p.opened_at),
+        turn_updated_at: p.turn_updated_at,
+    }
+}
+
+fn streaming(write: &StreamingWrite) -> StreamingUpdate {
+    match write {
+        StreamingWrite::Set {
+            conversation_id,
+            turn_id,
+            text,
+            blocks,
+        } => StreamingUpdate::Set {
+            conversation_id: conversation_id.clone(),
+            text: text.clone(),
+            turn_id: Some(turn_id.clone()),
+            blocks: blocks.clone(),
+        },
+        StreamingWrite::Blank {
+            conversation_id,
+            turn_id,
+        } => StreamingUpdate::Blank {
+            conversation_id: conversation_id.clone(),
+            turn_id: Some(turn_id.clone()),
+        },
+        StreamingWrite::Clear { conversation_id } => StreamingUpdate::Clear {
+            conversation_id: conversation_id.clone(),
+        },
+    }
+}
+
+type DeliveryResult = Result<Option<String>, DeliveryFailure>;
+
+/// Sends every part of a delivery in order; Canon's id of the last part.
+async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
+    let mut last = None;
+    for part in &delivery.parts {
+        let request = match delivery.route {
+            Route::Messages => DurableRequest::message(&SendMessage {
+                conversation_id: delivery.conversation_id.clone(),
+                text: part.text.clone(),
+                message_id: part.message_id.clone(),
+                reply_to: part.reply_to.clone(),
+                metadata: (!part.metadata.is_empty()).then(|| part.metadata.clone()),
+                reply_authority: part.reply_authority.as_ref().map(|a| {
+                    canon_transport::ReplyAuthority {
+                        schema: a.schema.clone(),
+                        source_message_id: a.source_message_id.clone(),
+                        token: a.token.expose().to_owned(),
+                        expires_at: a.expires_at.clone(),
+                    }
+                }),
+                options: part.options.clone(),
+                ..SendMessage::default()
+            }),
+            Route::SendTo => {
+                let mut envelope = Map::new();
+                envelope.insert(
+                    "conversationId".into(),
+                    delivery.conversation_id.as_str().into(),
+                );
+                if let Some(id) = &part.message_id {
+                    envelope.insert("idempotencyKey".into(), id.as_str().into());
+                }
+                let mut value = Map::new();
+                value.insert("text".into(), part.text.as_str().into());
+                if !part.metadata.is_empty() {
+                    let mut options = Map::new();
+                    options.insert("metadata".into(), Value::Object(part.metadata.clone()));
+                    value.insert("messageOptions".into(), Value::Object(options));
+                }
+                DurableRequest::verb("send_to", envelope, value)
+            }
+        };
+        let request = request.map_err(|error| failure(&error))?;
+        let reply = client
+            .send_durable(&request)
+            .await
+            .map_err(|error| failure(&error))?;
+        last = reply
+            .get("messageId")
+            .or_else(|| reply.get("id"))
+            .or_else(|| reply.get("message").and_then(|m| m.get("id")))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+    }
+    Ok(last)
+}
+
+/// Classifies a transport failure for the ledger (turns.md §4.4).
+fn failure(error: &TransportError) -> DeliveryFailure {
+    use canon_transport::FailureKind as K;
+    let class = match error.kind() {
+        K::Http { status: 429 | 503 } | K::Connect | K::ConnectTimeout => FailureClass::PreHandler,
+        K::Http { status }
+            if (400..500).contains(&status) && ![408, 409, 425].contains(&status) =>
+        {
+            FailureClass::Rejected
+        }
+        K::Blocked | K::TooLarge | K::Invalid => FailureClass::Rejected,
+        _ => FailureClass::Ambiguous,
+    };
+    DeliveryFailure {
+        class,
+        error: error.to_string(),
+        retryable: error.is_retryable(),
+    }
+}
+
+/// What the daemon remembers of an inbound event it handed to the shim.
+struct PendingEvent {
+    message_id: Option<String>,
+    reply_authority: Option<ReplyAuthority>,
+    conversation_type: ConversationType,
+    disposition_queued: bool,
+}
+
+struct Driver {
+    config: DriverConfig,
+    out: mpsc::Sender<String>,
+    jobs: mpsc::Sender<Job>,
+    done: mpsc::Sender<(OpId, DeliveryResult)>,
+    deliveries: JoinSet<()>,
+    machine: TurnMachine,
+    dispatcher: Dispatcher,
+    client: Option<CanonClient>,
+    stream: Option<EventStream>,
+    agent_id: Option<String>,
+    agent_name: Option<String>,
+    handshake_done: bool,
+    next_request: u64,
+    requests: HashMap<u64, (String, &'static str)>,
+    events: HashMap<String, PendingEvent>,
+    event_order: VecDeque<String>,
+    next_event: u64,
+    next_daemon_id: u64,
+    conversations: HashMap<String, Value>,
+    conversation_order: VecDeque<String>,
+    /// Session key → chat of the open turn (`turn.complete` names no chat).
+    sessions: HashMap<String, String>,
+    exit_code: Option<i32>,
+}
+
+impl Driver {
+    async fn send_line(&self, line: String) {
+        if self.out.send(line).await.is_err() {
+            tracing::debug!("stdout writer is gone; frame dropped");
+        }
+    }
+
+    async fn respond(&self, id: &str, re: &str, result: Result<Value, ErrorBody>) {
+        let line = match &result {
+            Ok(body) => protocol::encode_response(id, re, Ok(body.clone())),
+            Err(error) => protocol::encode_response(id, re, Err(error)),
+        };
+        self.send_line(line).await;
+    }
+
+    async fn respond_error(&self, id: &str, re: &str, code: ErrorCode, message: String) {
+        let error = ErrorBody {
+            code,
+            message,
+            retryable: false,
+        };
+        self.send_line(protocol::encode_response(id, re, Err(&error)))
+            .await;
+    }
+
+    async fn notify(&self, note: DaemonNotification) {
+        self.send_line(protocol::encode_notification(
+            note.type_name(),
+            note.to_body(),
+        ))
+        .await;
+    }
+
+    fn client(&mut self) -> Result<CanonClient, TransportError> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let mut config = ClientConfig::new(
+            self.config.base_url.clone(),
+            self.config.stream_url.clone(),
+            self.config.api_key.clone(),
+        );
+        if let Some(backoff) = self.config.durable_backoff {
+            config.durable_backoff = backoff;
+        }
+        let client = CanonClient::new(config)?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn on_line(&mut self, bytes: &[u8]) {
+        let frame = match protocol::decode_frame(bytes) {
+            Ok(frame) => frame,
+            Err(error) => {
+                // Recover an id when the line is JSON with one, to answer.
+                let id = serde_json::from_slice::<Value>(bytes).ok().and_then(|v| {
+                    let id = v.get("id")?.as_str()?.to_owned();
+                    let kind = v.get("type")?.as_str()?.to_owned();
+                    Some((id, kind))
+                });
+                match id {
+                    Some((id, kind)) => {
+                        self.respond_error(&id, &kind, error.code(), error.to_string())
+                            .await
+                    }
+                    None => tracing::warn!(%error, "dropped an unusable frame"),
+                }
+                return;
+            }
+        };
+        match frame {
+            Frame::Request { id, kind, body } => self.on_request(id, kind, body).await,
+            Frame::Notification { kind, body } => self.on_notification(&kind, body).await,
+            Frame::Response { id, re, result } => {
+                tracing::debug!(
+                    id,
+                    re = re.as_deref().unwrap_or(""),
+                    ok = result.is_ok(),
+                    "shim answered"
+                );
+            }
+        }
+    }
+
+    async fn on_request(&mut self, id: String, kind: String, body: Value) {
+        let request = match ShimRequest::from_parts(&kind, body) {
+            Ok(request) => request,
+            Err(error) => {
+                self.respond_error(&id, &kind, error.code(), error.to_string())
+                    .await;
+                return;
+            }
+        };
+        let re = request.type_name();
+        if !self.handshake_done && !matches!(request, ShimRequest::Hello(_)) {
+            self.respond_error(
+                &id,
+                re,
+                ErrorCode::HandshakeRequired,
+                "hello must come first".into(),
+            )
+            .await;
+            return;
+        }
+        tracing::debug!(id, kind = re, "shim request");
+        match request {
+            ShimRequest::Hello(hello) => {
+                let manifest = self
+                    .config
+                    .manifest_sha256
+                    .clone()
+                    .unwrap_or_else(|| hello.manifest_sha256.clone());
+                let policy = HandshakePolicy {
+                    daemon_version: env!("CARGO_PKG_VERSION"),
+                    manifest_sha256: &manifest,
+                    audited_hermes: AUDITED_HERMES,
+                    audited_python: AUDITED_PYTHON,
+                };
+                let epoch = format!("{:016x}", random_u128() as u64);
+                match protocol::negotiate(&hello, &policy, &epoch) {
+                    Ok(ok) => {
+                        self.handshake_done = true;
+                        let body = protocol::ShimResponse::Hello(ok).to_body();
+                        self.respond(&id, re, Ok(body)).await;
+                        tracing::info!(epoch, "handshake done");
+                    }
+                    Err(error) => {
+                        self.send_line(protocol::encode_response(&id, re, Err(&error)))
+                            .await;
+                        if error.code == ErrorCode::UnsupportedProtocol {
+                            self.exit_code = Some(EXIT_UNSUPPORTED_PROTOCOL);
+                        }
+                    }
+                }
+            }
+            ShimRequest::AdapterConnect(connect) => {
+                let result = self.connect(connect.seams.busy_handler).await;
+                let body = protocol::ShimResponse::AdapterConnect(result).to_body();
+                self.respond(&id, re, Ok(body)).await;
+            }
+            ShimRequest::AdapterDisconnect(_) => {
+                self.stream = None;
+                self.feed(Input::Disconnect).await;
+                self.respond(&id, re, Ok(empty())).await;
+            }
+            ShimRequest::Shutdown(_) => {
+                self.stream = None;
+                self.respond(&id, re, Ok(empty())).await;
+            }
+            ShimRequest::AdapterSend(send) => {
+                let request = self.register(id, re);
+                self.feed(Input::Send(HostSend {
+                    request,
+                    session_key: send.ctx.session_key,
+                    conversation_id: send.chat_id,
+                    content: send.content,
+                    reply_to: send.reply_to,
+                    metadata: send.metadata.unwrap_or_default(),
+                    random: random_u128(),
+                }))
+                .await;
+            }
+            ShimRequest::AdapterEdit(edit) => {
+                let request = self.register(id, re);
+                self.feed(Input::Edit(HostEdit {
+                    request,
+                    session_key: edit.ctx.session_key,
+                    conversation_id: edit.chat_id,
+                    content: edit.content,
+                    finalize: edit.finalize,
+                    metadata: edit.metadata.unwrap_or_default(),
+                    random: random_u128(),
+                }))
+                .await;
+            }
+            ShimRequest::TurnStart(start) => {
+                let request = self.register(id, re);
+                let input = self.processing_start(
+                    request,
+                    &start.event_ref,
+                    start.session_key,
+                    &start.event,
+                    start.queue_depth,
+                    Vec::new(),
+                );
+                self.feed(Input::ProcessingStart(input)).await;
+            }
+            ShimRequest::TurnAccepted(accepted) => {
+                let request = self.register(id, re);
+                let input = self.processing_start(
+                    request,
+                    &accepted.event_ref,
+                    accepted.session_key,
+                    &accepted.event,
+                    accepted.queue_depth,
+                    accepted.absorbed_refs,
+                );
+                self.feed(Input::QueueDequeued(input)).await;
+            }
+            ShimRequest::TurnComplete(complete) => {
+                let request = self.register(id, re);
+                let conversation_id = self
+                    .sessions
+                    .remove(&complete.session_key)
+                    .unwrap_or_else(|| chat_from_session_key(&complete.session_key));
+                self.forget_event(&complete.event_ref);
+                self.feed(Input::ProcessingComplete {
+                    request,
+                    session_key: complete.session_key,
+                    conversation_id,
+                    outcome: complete.outcome.into(),
+                    queue_depth: complete.queue_depth,
+                })
+                .await;
+            }
+            ShimRequest::ToolCall(call) => {
+                let action = call.args.0.get("action").and_then(Value::as_str);
+                if call.name == "canon_runtime_control" && action == Some("no_reply") {
+                    let reason_given = call
+                        .args
+                        .0
+                        .get("reason")
+                        .and_then(Value::as_str)
+                        .is_some_and(|r| !r.trim().is_empty());
+                    let target = call
+                        .args
+                        .0
+                        .get("target")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    let request = self.register(id, re);
+                    self.feed(Input::NoReply(NoReplyRequest {
+                        request,
+                        in_canon_context: call.ctx.platform.as_deref() == Some("canon"),
+                        session_key: call.ctx.session_key,
+                        conversation_id: call.ctx.chat_id,
+                        target,
+                        reason_given,
+                    }))
+                    .await;
+                } else {
+                    self.unsupported(&id, re, re).await;
+                }
+            }
+            ShimRequest::StandaloneSend(send) => {
+                let home_channel_config = send
+                    .pconfig
+                    .home_channel
+                    .as_ref()
+                    .and_then(|h| h.get("chat_id"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if !send.media_files.is_empty() {
+                    self.unsupported(&id, re, "standalone.send with media_files")
+                        .await;
+                    return;
+                }
+                let request = self.register(id, re);
+                self.feed(Input::Standalone(StandaloneSend {
+                    request,
+                    chat_id: send.chat_id,
+                    home_channel_env: self.config.home_channel.clone(),
+                    home_channel_config,
+                    text: send.message,
+                    random: random_u128(),
+                }))
+                .await;
+            }
+            ShimRequest::Resync(resync) => {
+                let request = self.register(id, re);
+                let open_turns = resync
+                    .open_turns
+                    .into_iter()
+                    .inspect(|t| {
+                        self.sessions
+                            .insert(t.session_key.clone(), t.event.chat_id.clone());
+                    })
+                    .map(|t| ResyncTurn {
+                        conversation_type: conversation_type_of(t.event.chat_type.as_deref()),
+                        session_key: t.session_key,
+                        conversation_id: t.event.chat_id,
+                        turn_id: t.turn_id,
+                        message_id: t.event.message_id,
+                        started_at_ms: t.started_at_ms,
+                    })
+                    .collect();
+                self.feed(Input::Resync {
+                    request,
+                    open_turns,
+                })
+                .await;
+            }
+            _ => self.unsupported(&id, re, re).await,
+        }
+    }
+
+    /// Answers a request this daemon does not serve yet (`internal`, not
+    /// retryable, `"<what> is not supported …"`).
+    async fn unsupported(&self, id: &str, re: &str, what: &str) {
+        tracing::warn!(kind = re, what, "answered an unsupported request");
+        self.respond_error(
+            id,
+            re,
+            ErrorCode::Internal,
+            format!("{what} {UNSUPPORTED_SUFFIX}"),
+        )
+        .await;
+    }
+
+    fn register(&mut self, id: String, re: &'static str) -> RequestId {
+        self.next_request += 1;
+        self.requests.insert(self.next_request, (id, re));
+        RequestId(self.next_request)
+    }
+
+    fn processing_start(
+        &mut self,
+        request: RequestId,
+        event_ref: &str,
+        session_key: String,
+        event: &EventSummary,
+        queue_depth: u32,
+        absorbed_refs: Vec<String>,
+    ) -> ProcessingStart {
+        if self.sessions.len() < MAX_CONVERSATIONS || self.sessions.contains_key(&session_key) {
+            self.sessions
+                .insert(session_key.clone(), event.chat_id.clone());
+        }
+        let pending = self.events.get(event_ref);
+        let conversation_type = pending
+            .map(|p| p.conversation_type)
+            .filter(|t| *t != ConversationType::Unknown)
+            .or_else(|| {
+                event
+                    .chat_type
+                    .as_deref()
+                    .map(|t| conversation_type_of(Some(t)))
+            })
+            .unwrap_or_else(|| {
+                self.dispatcher
+                    .conversation_type(&event.chat_id, self.conversations.get(&event.chat_id))
+            });
+        let absorbed_queued_ids = absorbed_refs
+            .iter()
+            .filter_map(|r| self.events.get(r).and_then(|e| e.message_id.clone()))
+            .collect();
+        ProcessingStart {
+            request,
+            session_key,
+            conversation_id: event.chat_id.clone(),
+            message_id: event.message_id.clone(),
+            disposition_queued: pending.is_some_and(|p| p.disposition_queued),
+            absorbed_queued_ids,
+            responder: event.user_id.clone(),
+            reply_authority: pending.and_then(|p| p.reply_authority.clone()),
+            conversation_type,
+            queue_depth,
+            random: random_u128(),
+        }
+    }
+
+    fn forget_event(&mut self, event_ref: &str) {
+        self.events.remove(event_ref);
+    }
+
+    async fn on_notification(&mut self, kind: &str, body: Value) {
+        let note = match ShimNotification::from_parts(kind, body) {
+            Ok(note) => note,
+            Err(error) => {
+                tracing::debug!(kind, %error, "ignored a notification");
+                return;
+            }
+        };
+        let input = match note {
+            ShimNotification::Typing(t) => Input::Typing {
+                status: t
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.get("status"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                conversation_id: t.chat_id,
+                on: t.on,
+            },
+            ShimNotification::PreToolCall(p) => {
+                let Some(chat) = canon_chat(&p.ctx) else {
+                    return;
+                };
+                Input::Activity {
+                    session_key: p.ctx.session_key,
+                    conversation_id: chat,
+                    event: ActivityEvent::ToolStarted {
+                        tool_call_id: p.tool_call_id,
+                        tool_name: p.tool_name,
+                        args: opaque(p.args),
+                    },
+                }
+            }
+            ShimNotification::PostToolCall(p) => {
+                let Some(chat) = canon_chat(&p.ctx) else {
+                    return;
+                };
+                Input::Activity {
+                    session_key: p.ctx.session_key,
+                    conversation_id: chat,
+                    event: ActivityEvent::ToolFinished {
+                        tool_call_id: p.tool_call_id,
+                        tool_name: p.tool_name,
+                        args: opaque(p.args),
+                        result: opaque(p.result),
+                        status: p.status,
+                        duration_ms: p.duration_ms,
+                    },
+                }
+            }
+            ShimNotification::SubagentStop(s) => {
+                let Some(chat) = canon_chat(&s.ctx) else {
+                    return;
+                };
+                Input::Activity {
+                    session_key: s.ctx.session_key,
+                    conversation_id: chat,
+                    event: ActivityEvent::SubagentStopped {
+                        child_session_id: s.child_session_id,
+                        child_role: s.child_role,
+                        child_summary: opaque(s.child_summary),
+                        child_status: s.child_status,
+                        duration_ms: s.duration_ms,
+                    },
+                }
+            }
+            ShimNotification::QueueDepth(q) => Input::QueueDepth {
+                session_key: q.session_key,
+                depth: q.depth,
+            },
+        };
+        self.feed(input).await;
+    }
+
+    async fn connect(&mut self, busy_handler: bool) -> ConnectResult {
+        let refuse = |code: &str, error: &TransportError, retryable: bool| ConnectResult {
+            connected: false,
+            agent_id: None,
+            agent_name: None,
+            fatal: Some(Fatal {
+                code: code.to_owned(),
+                message: error.to_string(),
+                retryable,
+            }),
+        };
+        if self.config.api_key.expose().is_empty() || self.config.base_url.is_empty() {
+            return ConnectResult {
+                connected: false,
+                agent_id: None,
+                agent_name: None,
+                fatal: Some(Fatal {
+                    code: "missing_api_key".into(),
+                    message: "CANON_API_KEY and CANON_BASE_URL must be set".into(),
+                    retryable: false,
+                }),
+            };
+        }
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(error) => return refuse("connect_failed", &error, false),
+        };
+        if let Some(environment) = self.config.environment_id.clone() {
+            if let Err(error) = client.verify_environment(&environment, None).await {
+                return refuse("environment_mismatch", &error, false);
+            }
+        }
+        let me = match client.get_me().await {
+            Ok(me) => me,
+            Err(error) => {
+                let auth = matches!(error.status(), Some(401 | 403));
+                let code = if auth {
+                    "auth_failed"
+                } else {
+                    "connect_failed"
+                };
+                return refuse(code, &error, !auth);
+            }
+        };
+        self.agent_id = me.agent_id.clone();
+        self.agent_name = me.display_name.clone();
+        self.machine = TurnMachine::new(TurnConfig {
+            supports_interleave: busy_handler,
+            ..TurnConfig::default()
+        });
+        self.stream = Some(EventStream::open(&client, StreamConfig::default()));
+        let status_client = client.clone();
+        self.deliveries.spawn(async move {
+            if let Err(error) = status_client.publish_runtime_status().await {
+                tracing::warn!(%error, "runtime status publish failed");
+            }
+        });
+        tracing::info!(
+            agent_id = me.agent_id.as_deref().unwrap_or(""),
+            "adapter connected"
+        );
+        ConnectResult {
+            connected: true,
+            agent_id: me.agent_id,
+            agent_name: me.display_name,
+            fatal: None,
+        }
+    }
+
+    async fn on_stream(&mut self, item: StreamItem) {
+        let event = match item {
+            StreamItem::Event(event) => event,
+            StreamItem::State(ConnectionState::Failed(error)) => {
+                tracing::error!(%error, "event stream stopped");
+                self.stream = None;
+                self.notify(DaemonNotification::AdapterFatal(Fatal {
+                    code: "auth_failed".into(),
+                    message: error.to_string(),
+                    retryable: false,
+                }))
+                .await;
+                return;
+            }
+            StreamItem::State(state) => {
+                tracing::debug!(?state, "event stream state");
+                if matches!(state, ConnectionState::Connected) {
+                    self.notify(DaemonNotification::AdapterStatus(AdapterStatus {
+                        connected: true,
+                    }))
+                    .await;
+                }
+                return;
+            }
+        };
+        match event.kind {
+            EventKind::MessageCreated(created) => self.on_message_created(*created).await,
+            EventKind::AgentContext {
+                agent_id: Some(agent_id),
+                ..
+            } => self.agent_id = Some(agent_id),
+            other => tracing::trace!(?other, "stream event not handled"),
+        }
+    }
+
+    async fn on_message_created(&mut self, created: canon_transport::events::MessageCreated) {
+        let disposition_queued = created
+            .message
+            .get("metadata")
+            .and_then(|m| m.get("inboundDisposition"))
+            .and_then(Value::as_str)
+            == Some("queued");
+        let payload = Value::Object(created.payload.clone());
+        let conversation_id = created.conversation_id.clone();
+        let outcome = {
+            let ctx = Context {
+                agent_id: self.agent_id.as_deref(),
+                agent_name: self.agent_name.as_deref(),
+                cached_conversation: self.conversations.get(&conversation_id),
+            };
+            self.dispatcher.handle_message_created(&payload, ctx)
+        };
+        if outcome.reached_conversation_step() {
+            if let Some(conversation) = payload.get("conversation").filter(|c| c.is_object()) {
+                self.cache_conversation(&conversation_id, conversation.clone());
+            }
+        }
+        let wake = match outcome {
+            PipelineOutcome::Wake(wake) => wake,
+            other => {
+                tracing::debug!(conversation_id, ?other, "inbound message does not wake");
+                return;
+            }
+        };
+        self.next_event += 1;
+        let event_ref = format!("e:{}", self.next_event);
+        let conversation_type = conversation_type_of(Some(wake.source.chat_type));
+        let reply_authority = created.reply_authority.map(|a| ReplyAuthority {
+            schema: a.schema,
+            source_message_id: a.source_message_id,
+            token: Secret::new(a.token),
+            expires_at: a.expires_at,
+        });
+        self.remember_event(
+            event_ref.clone(),
+            PendingEvent {
+                message_id: wake.source.message_id.clone(),
+                reply_authority,
+                conversation_type,
+                disposition_queued,
+            },
+        );
+        let message = InboundMessage {
+            event_ref,
+            event: InboundEvent {
+                text: wake.text,
+                message_type: "text".into(),
+                source: EventSource {
+                    chat_id: wake.source.chat_id,
+                    chat_name: wake.source.chat_name,
+                    chat_type: wake.source.chat_type.to_owned(),
+                    user_id: wake.source.user_id,
+                    user_name: wake.source.user_name,
+                    message_id: wake.source.message_id.clone(),
+                    thread_id: None,
+                },
+                message_id: wake.source.message_id,
+                reply_to_message_id: wake.reply_to_message_id,
+                media: Vec::new(),
+                channel_prompt: wake.channel_prompt,
+                channel_context: wake.channel_context,
+                metadata: InboundMetadata {
+                    delivery_intent: Some(wake.delivery_intent.as_str().to_owned()),
+                },
+                raw: Opaque(wake.host_payload),
+                internal: false,
+            },
+        };
+        self.next_daemon_id += 1;
+        let request = DaemonRequest::InboundMessage(message);
+        let line = protocol::encode_request(
+            &format!("d:{}", self.next_daemon_id),
+            request.type_name(),
+            request.to_body(),
+        );
+        self.send_line(line).await;
+    }
+
+    fn remember_event(&mut self, event_ref: String, event: PendingEvent) {
+        while self.event_order.len() >= MAX_EVENTS {
+            if let Some(old) = self.event_order.pop_front() {
+                self.events.remove(&old);
+            }
+        }
+        self.event_order.push_back(event_ref.clone());
+        self.events.insert(event_ref, event);
+    }
+
+    fn cache_conversation(&mut self, id: &str, conversation: Value) {
+        if self
+            .conversations
+            .insert(id.to_owned(), conversation)
+            .is_none()
+        {
+            self.conversation_order.push_back(id.to_owned());
+            while self.conversation_order.len() > MAX_CONVERSATIONS {
+                if let Some(old) = self.conversation_order.pop_front() {
+                    self.conversations.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Runs the machine on one input and carries out its effects.
+    async fn feed(&mut self, input: Input) {
+        let effects = self.machine.handle(input, now_ms());
+        for effect in effects {
+            self.perform(effect).await;
+        }
+    }
+
+    async fn perform(&mut self, effect: Effect) {
+        match effect {
+            Effect::Reply { request, reply } => {
+                let Some((id, re)) = self.requests.remove(&request.0) else {
+                    tracing::error!(request = request.0, "reply for an unknown request");
+                    debug_assert!(false, "reply for an unknown request");
+                    return;
+                };
+                let body = match reply {
+                    HostReply::Send(outcome) => {
+                        serde_json::to_value(protocol::SendResult::from(&outcome))
+                            .unwrap_or_else(|_| empty())
+                    }
+                    HostReply::TurnStarted { turn_id } => {
+                        protocol::ShimResponse::TurnStart(TurnStarted { turn_id }).to_body()
+                    }
+                    HostReply::Done => empty(),
+                    HostReply::NoReply(outcome) => {
+                        protocol::ShimResponse::ToolCall(protocol::ToolResult {
+                            result: outcome.tool_result(),
+                        })
+                        .to_body()
+                    }
+                    HostReply::Standalone(result) => {
+                        let result = match result {
+                            Ok(message_id) => StandaloneResult {
+                                success: Some(true),
+                                message_id,
+                                error: None,
+                            },
+                            Err(error) => StandaloneResult {
+                                success: None,
+                                message_id: None,
+                                error: Some(error),
+                            },
+                        };
+                        protocol::ShimResponse::StandaloneSend(result).to_body()
+                    }
+                };
+                let line = protocol::encode_response(&id, re, Ok(body));
+                let job = Job::Respond {
+                    out: self.out.clone(),
+                    line,
+                };
+                if let Err(mpsc::error::SendError(Job::Respond { line, .. })) =
+                    self.jobs.send(job).await
+                {
+                    self.send_line(line).await;
+                }
+            }
+            Effect::PauseTyping { conversation_id } => {
+                self.notify(DaemonNotification::TypingPause(ChatRef {
+                    chat_id: conversation_id,
+                }))
+                .await;
+            }
+            Effect::ResumeTyping { conversation_id } => {
+                self.notify(DaemonNotification::TypingResume(ChatRef {
+                    chat_id: conversation_id,
+                }))
+                .await;
+            }
+            Effect::Deliver(delivery) => {
+                let op = delivery.op;
+                match self.client() {
+                    Ok(client) => {
+                        let done = self.done.clone();
+                        self.deliveries.spawn(async move {
+                            let result = deliver(client, delivery).await;
+                            let _ = done.send((op, result)).await;
+                        });
+                    }
+                    Err(error) => {
+                        let result = Err(failure(&error));
+                        Box::pin(self.feed(Input::DeliveryOutcome { op, result })).await;
+                    }
+                }
+            }
+            // Best-effort writes never open the first connection (§19.3: no
+            // network I/O before `adapter.connect` or a durable send).
+            effect => match self.client.clone() {
+                Some(client) => {
+                    if self.jobs.send(Job::Write { client, effect }).await.is_err() {
+                        tracing::warn!("Canon write worker is gone");
+                    }
+                }
+                None => tracing::debug!("best-effort write skipped: not connected"),
+            },
+        }
+    }
+}
+
+fn empty() -> Value {
+    Value::Object(Map::new())
+}
+
+fn opaque(value: Opaque) -> Option<Value> {
+    (!value.0.is_null()).then_some(value.0)
+}
+
+/// The chat of a hook, only inside a Canon turn (hermes-host.md §19.6).
+fn canon_chat(ctx: &protocol::TurnContext) -> Option<String> {
+    if ctx.platform.as_deref() != Some("canon") {
+        return None;
+    }
+    ctx.chat_id.clone().filter(|c| !c.is_empty())
+}
+
+fn conversation_type_of(chat_type: Option<&str>) -> ConversationType {
+    match chat_type {
+        Some("dm" | "direct") => ConversationType::Direct,
+        Some("group") => ConversationType::Group,
+        _ => ConversationType::Unknown,
+    }
+}
+
+/// The chat id at the end of a Hermes session key
+/// (`agent:main:canon:<type>:<chat id>`), a fallback when the machine does
+/// not know the session.
+fn chat_from_session_key(session_key: &str) -> String {
+    session_key
+        .rsplit(':')
+        .next()
+        .unwrap_or(session_key)
+        .to_owned()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Fresh randomness for turn ids and epochs, from the standard library's
+/// per-process random hasher keys, a counter and the clock.
+fn random_u128() -> u128 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let half = || {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        hasher.write_u64(now_ms());
+        hasher.finish()
+    };
+    (u128::from(half()) << 64) | u128::from(half())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_reader_splits_lines_and_flags_oversized_ones() {
+        let mut big = vec![b'x'; MAX_FRAME_BYTES + 10];
+        big.push(b'\n');
+        let mut input = Vec::new();
+        input.extend_from_slice(b"{\"a\":1}\n");
+        input.extend_from_slice(&big);
+        input.extend_from_slice(b"tail");
+        let mut reader = tokio::io::BufReader::new(&input[..]);
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_bounded_line(&mut reader, &mut buf).await.ok(),
+            Some(Some(false))
+        );
+        assert_eq!(buf, b"{\"a\":1}\n");
+        assert_eq!(
+            read_bounded_line(&mut reader, &mut buf).await.ok(),
+            Some(Some(true))
+        );
+        assert_eq!(
+            read_bounded_line(&mut reader, &mut buf).await.ok(),
+            Some(Some(false))
+        );
+        assert_eq!(buf, b"tail");
+        assert_eq!(
+            read_bounded_line(&mut reader, &mut buf).await.ok(),
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn chat_id_comes_from_the_end_of_a_session_key() {
+        assert_eq!(
+            chat_from_session_key("agent:main:canon:dm:conv-1"),
+            "conv-1"
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! `canon-hermes serve --stdio`: the daemon the Python shim spawns (hermes-host.md §19.3).
+//! Reads its configuration from the environment, installs the stderr log subscriber and runs
+//! `canon_adapter::driver` over stdin and stdout. The API key never reaches a log line.
+
+use canon_adapter::driver::{self, ApiKey, DriverConfig};
+
+use crate::exit;
+
+/// Reads one environment variable; empty counts as unset.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The driver configuration from `CANON_API_KEY`, `CANON_BASE_URL`, `CANON_STREAM_URL`
+/// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL` and
+/// `HERMES_ALLOW_PRIVATE_URLS`.
+fn config_from_env() -> DriverConfig {
+    let base_url = env("CANON_BASE_URL").unwrap_or_default();
+    let stream_url = env("CANON_STREAM_URL").unwrap_or_else(|| base_url.clone());
+    DriverConfig {
+        base_url,
+        stream_url,
+        api_key: ApiKey::new(env("CANON_API_KEY").unwrap_or_default()),
+        environment_id: env("CANON_ENVIRONMENT_ID"),
+        allow_private_urls: env("HERMES_ALLOW_PRIVATE_URLS").is_some_and(|v| {
+            matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes")
+        }),
+        home_channel: env("CANON_HOME_CHANNEL"),
+        manifest_sha256: None,
+        durable_backoff: None,
+    }
+}
+
+/// Installs the stderr subscriber (`RUST_LOG`, default `info`): plain `LEVEL target: message`
+/// lines without colours or timestamps, which the shim parses (hermes-host.md §19.3).
+fn install_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .without_time()
+        .try_init();
+}
+
+/// `serve [--stdio]`; returns the exit code.
+pub(crate) fn serve_command(args: &[&str]) -> u8 {
+    if args != ["--stdio"] {
+        crate::report_error(&anyhow::anyhow!("usage: canon-hermes serve --stdio"));
+        return exit::FAILED;
+    }
+    install_logging();
+    let config = config_from_env();
+    tracing::info!(base_url = %config.base_url, "canon-hermes daemon starting");
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            crate::report_error(&anyhow::Error::new(error).context("starting the tokio runtime"));
+            return exit::FAILED;
+        }
+    };
+    let code = runtime.block_on(driver::run(
+        config,
+        tokio::io::BufReader::new(tokio::io::stdin()),
+        tokio::io::stdout(),
+    ));
+    // Background tasks (the SSE stream) must not keep the process alive after EOF.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    u8::try_from(code).unwrap_or(exit::FAILED)
+}
