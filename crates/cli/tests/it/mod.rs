@@ -1,4 +1,5 @@
 //! Test modules of the `canon-hermes` binary.
 
 mod card_validate;
+mod hermes_gateway;
 mod serve_stdio;
