@@ -80,6 +80,9 @@ pub struct ScriptReply {
     pub echo_tool_result: bool,
     /// Prefix of the echoed text.
     pub prefix: Option<String>,
+    /// Pause before each streamed chunk, in milliseconds (a slow model, so tests can act
+    /// while a turn is running). `0`, the default, sends the whole answer at once.
+    pub delay_ms: u64,
 }
 
 /// One rule.
@@ -167,8 +170,12 @@ pub enum Planned {
 }
 
 impl Script {
-    /// Chooses the reply for `request`; `n` numbers generated call ids.
-    pub fn plan(&self, request: &Value, n: u64) -> Planned {
+    /// The `delayMs` of the rule that answers `request` (0 when none matches).
+    pub fn delay_ms(&self, request: &Value) -> u64 {
+        self.rule_for(request).map_or(0, |r| r.reply.delay_ms)
+    }
+
+    fn rule_for(&self, request: &Value) -> Option<&Rule> {
         let last = request
             .get("messages")
             .and_then(Value::as_array)
@@ -178,15 +185,27 @@ impl Script {
         let role = last.get("role").and_then(Value::as_str).unwrap_or("");
         let text = content_text(&last);
         let title = is_title_request(request);
-        let rule = self.rules.iter().find(|r| {
+        self.rules.iter().find(|r| {
             r.matcher.role.as_ref().is_none_or(|x| x == role)
                 && r.matcher
                     .contains
                     .as_ref()
                     .is_none_or(|c| text.contains(c.as_str()))
                 && r.matcher.title_request.is_none_or(|t| t == title)
-        });
-        let Some(rule) = rule else {
+        })
+    }
+}
+
+impl Script {
+    /// Chooses the reply for `request`; `n` numbers generated call ids.
+    pub fn plan(&self, request: &Value, n: u64) -> Planned {
+        let text = request
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|m| m.last())
+            .map(content_text)
+            .unwrap_or_default();
+        let Some(rule) = self.rule_for(request) else {
             return Planned::Text(vec!["OK".to_owned()]);
         };
         let reply = &rule.reply;
@@ -395,31 +414,47 @@ async fn serve(
             }),
         ));
     }
-    let mut out = chunk(&id, &model, json!({"role": "assistant"}), None);
+    let mut frames = vec![chunk(&id, &model, json!({"role": "assistant"}), None)];
     let finish = match &planned {
         Planned::Text(deltas) => {
             for d in deltas {
-                out.push_str(&chunk(&id, &model, json!({"content": d}), None));
+                frames.push(chunk(&id, &model, json!({"content": d}), None));
             }
             "stop"
         }
         Planned::Tool(cid, name, args) => {
-            out.push_str(&chunk(&id, &model, json!({"tool_calls": [
+            frames.push(chunk(&id, &model, json!({"tool_calls": [
                 {"index": 0, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}), None));
             "tool_calls"
         }
     };
-    out.push_str(&chunk(&id, &model, json!({}), Some(finish)));
+    frames.push(chunk(&id, &model, json!({}), Some(finish)));
     if request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true)) {
         let u = json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model, "choices": [], "usage": usage});
-        out.push_str(&format!("data: {u}\n\n"));
+        frames.push(format!("data: {u}\n\n"));
     }
-    out.push_str("data: [DONE]\n\n");
+    frames.push("data: [DONE]\n\n".to_owned());
+    let delay = shared.script.delay_ms(&request);
+    let body = if delay == 0 {
+        SimBody::full(frames.concat())
+    } else {
+        // A slow model: one frame per `delayMs`, so a test can act mid-turn.
+        let (tx, body) = SimBody::channel();
+        tokio::spawn(async move {
+            for frame in frames {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                if tx.send(Ok(bytes::Bytes::from(frame))).await.is_err() {
+                    return;
+                }
+            }
+        });
+        body
+    };
     Ok(Response::builder()
         .status(200)
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
-        .body(SimBody::full(out))
+        .body(body)
         .unwrap_or_else(|_| Response::new(SimBody::full(""))))
 }
 

@@ -1,5 +1,6 @@
 //! Test modules of the `canon-hermes` binary.
 
 mod card_validate;
+mod gateway_support;
 mod hermes_gateway;
 mod serve_stdio;
