@@ -8,58 +8,73 @@
 //!
 //! One task owns all state and reacts, in a single `select!` loop, to: a
 //! line from the stdin reader task, an SSE item, the result of a durable
-//! delivery, and the turn machine's next deadline. Canon writes that the
-//! machine treats as best effort (turn publishes, streaming, typing, read
-//! marks, dispositions) run in order on one worker task, so the live bubble
+//! delivery, a consumed runtime signal, the parent-process check
+//! (hermes-host.md §19.3) and the turn machine's next deadline. Canon writes
+//! that the machine treats as best effort (turn publishes, streaming, typing,
+//! read marks, dispositions) run in order on one worker task, so the live bubble
 //! never sees its writes reordered; durable deliveries run on their own
 //! tasks and report back as [`Input::DeliveryOutcome`]. Frames to the shim
 //! go through one bounded channel to the writer task, so stdout carries
 //! protocol frames only and in order.
 //!
+//! Runtime control signals (canon-wire.md §4.9, §5.6) are consumed off the
+//! loop: one task per connection polls every cached conversation, one after
+//! another, right after connect and then every [`DriverConfig::signal_poll`];
+//! a `runtime.control` doorbell spawns an immediate consume for its
+//! conversation. Both report consumed signals over a channel, and the loop
+//! turns each into a `control.signal` request to the shim. A `probe` with
+//! `verify` and disposition retries (hermes-host.md §12.3) also run on
+//! their own tasks, so a slow Canon never stalls the loop.
+//!
 //! # Not wired yet
 //!
-//! `probe`, `adapter.send_media`, `adapter.send_clarify`,
-//! `adapter.send_exec_approval`, `adapter.chat_info`, `standalone.send` with
-//! `media_files`, and every `tool.call` except `canon_runtime_control` with
-//! `action: "no_reply"` are answered with an `internal` error whose message
-//! says the request is unsupported ([`UNSUPPORTED_SUFFIX`]), never silently
-//! dropped. The daemon does not yet send `control.signal`,
-//! `approval.resolve`, `clarify.resolve` or `host.queue_depth`, does not
-//! download inbound media, and does not watch `CANON_HERMES_PARENT_PID`.
+//! `adapter.send_media`, `adapter.send_clarify`,
+//! `adapter.send_exec_approval`, `standalone.send` with `media_files`, and
+//! every `tool.call` except `canon_runtime_control` with `action:
+//! "no_reply"` are answered with an `internal` error whose message says the
+//! request is unsupported ([`UNSUPPORTED_SUFFIX`]), never silently dropped.
+//! The daemon does not yet send `approval.resolve`, `clarify.resolve` or
+//! `host.queue_depth`, does not download inbound media, does not publish
+//! the 30 s runtime status loop, and does not re-fetch `GET /conversations`
+//! after `replay.expired`.
 //!
 //! # Invariants
 //!
 //! * Only the writer task writes to the output; logs go through `tracing`.
 //! * Never panics on shim input or on anything Canon sends.
 //! * The API key and reply-authority tokens never reach a log line.
-//! * No network I/O before `adapter.connect` or `standalone.send` (§19.3).
+//! * No network I/O before `adapter.connect`, a `probe` with `verify`, or
+//!   `standalone.send` (§19.3); `probe` without `verify` and
+//!   `adapter.chat_info` are answered from memory.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
 use canon_dispatch::verbosity::ConversationType;
 use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::types::{
-    SendMessage, StreamingUpdate, TurnCapabilities, TurnUpdate, Typing as WireTyping,
-    TypingStatus as WireTypingStatus,
+    RuntimeSignal, SendMessage, SignalKind, StreamingUpdate, TurnCapabilities, TurnUpdate,
+    Typing as WireTyping, TypingStatus as WireTypingStatus,
 };
 use canon_transport::{
     CanonClient, ClientConfig, DurableRequest, EventKind, EventStream, TransportError,
 };
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::{Interval, MissedTickBehavior};
 
 use crate::protocol::{
-    self, AdapterStatus, ChatRef, ConnectResult, DaemonNotification, DaemonRequest, ErrorBody,
-    ErrorCode, EventSource, EventSummary, Fatal, Frame, HandshakePolicy, InboundEvent,
-    InboundMessage, InboundMetadata, ShimNotification, ShimRequest, StandaloneResult, TurnStarted,
-    EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
+    self, AdapterStatus, ChatInfo, ChatRef, ConnectResult, ControlSignal, DaemonNotification,
+    DaemonRequest, ErrorBody, ErrorCode, EventSource, EventSummary, Fatal, Frame, HandshakePolicy,
+    InboundEvent, InboundMessage, InboundMetadata, Probe, ProbeResult, ShimNotification,
+    ShimRequest, Signal, StandaloneResult, TurnStarted, EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
 use crate::secret::{Opaque, Secret};
 use crate::turn::{
@@ -95,6 +110,48 @@ const MAX_EVENTS: usize = 1_024;
 /// Conversation objects cached from the stream (our number).
 const MAX_CONVERSATIONS: usize = 4_096;
 
+/// How often every cached conversation is polled for a runtime signal
+/// (canon-wire.md §4.9); the default of [`DriverConfig::signal_poll`].
+pub const SIGNAL_POLL: Duration = Duration::from_secs(15);
+
+/// The shortest signal poll interval accepted (our number): a zero interval
+/// would spin, and `tokio::time::interval` refuses it.
+const MIN_SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// The longest signal poll interval accepted (our number), far from the
+/// clock arithmetic's overflow.
+const MAX_SIGNAL_POLL: Duration = Duration::from_secs(3_600);
+
+/// How often `CANON_HERMES_PARENT_PID` is checked (hermes-host.md §19.3).
+pub const PARENT_CHECK: Duration = Duration::from_secs(5);
+
+/// Sleeps before the retries of a failed disposition release
+/// (hermes-host.md §12.3, canon-wire.md §4.10).
+pub const DISPOSITION_RETRY_DELAYS: [Duration; 3] = [
+    Duration::from_secs(2),
+    Duration::from_secs(8),
+    Duration::from_secs(30),
+];
+
+/// Disposition releases retrying at once (our number); beyond it a failed
+/// release is only logged, so a Canon outage cannot pile up tasks.
+const MAX_DISPOSITION_RETRIES: usize = 256;
+
+/// Budget of a `probe` with `verify: true`, inside the shim's 5 s timeout
+/// (hermes-host.md §19.6).
+const PROBE_VERIFY_BUDGET: Duration = Duration::from_secs(4);
+
+/// Consumed signals buffered between the signal tasks and the loop.
+const SIGNAL_FRAMES: usize = 64;
+
+/// `updated_by` of a signal when neither Canon nor `agent.context` named
+/// anyone (canon-wire.md §4.9; exact).
+pub const RUNTIME_CONTROL_USER: &str = "canon-runtime-control";
+
+/// The `auth_failed` message of `adapter.connect` (canon-wire.md §8.1; exact).
+pub const AUTH_FAILED_MESSAGE: &str =
+    "Canon rejected the configured agent credentials. Re-run Canon setup.";
+
 /// The end of the message of a request this daemon does not serve yet.
 pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
 
@@ -119,6 +176,12 @@ pub struct DriverConfig {
     pub manifest_sha256: Option<String>,
     /// Sleeps of the durable loop; `None` keeps the transport's defaults.
     pub durable_backoff: Option<[Duration; 2]>,
+    /// `CANON_HERMES_PARENT_PID`: the daemon exits, as on stdin EOF, once
+    /// this process no longer exists (checked every [`PARENT_CHECK`]).
+    pub parent_pid: Option<u32>,
+    /// Interval of the runtime signal poll ([`SIGNAL_POLL`] in production;
+    /// tests shorten it), kept between 50 ms and one hour.
+    pub signal_poll: Duration,
 }
 
 impl std::fmt::Debug for DriverConfig {
@@ -130,12 +193,15 @@ impl std::fmt::Debug for DriverConfig {
             .field("environment_id", &self.environment_id)
             .field("allow_private_urls", &self.allow_private_urls)
             .field("home_channel", &self.home_channel)
+            .field("parent_pid", &self.parent_pid)
+            .field("signal_poll", &self.signal_poll)
             .finish_non_exhaustive()
     }
 }
 
-/// Runs the daemon until `input` reaches EOF; returns the process exit code
-/// (0, or [`EXIT_UNSUPPORTED_PROTOCOL`] after a failed version negotiation).
+/// Runs the daemon until `input` reaches EOF or the process
+/// [`DriverConfig::parent_pid`] is gone; returns the process exit code (0,
+/// or [`EXIT_UNSUPPORTED_PROTOCOL`] after a failed version negotiation).
 pub async fn run<R, W>(config: DriverConfig, input: R, output: W) -> i32
 where
     R: AsyncBufRead + Unpin + Send + 'static,
@@ -148,6 +214,13 @@ where
     let (job_tx, job_rx) = mpsc::channel::<Job>(1_024);
     let worker = tokio::spawn(run_jobs(job_rx));
     let (done_tx, mut done_rx) = mpsc::channel::<(OpId, DeliveryResult)>(64);
+    let (signal_tx, mut signal_rx) = mpsc::channel::<ConsumedSignal>(SIGNAL_FRAMES);
+    let (signal_ids, _) = watch::channel(Vec::new());
+    let mut parent_check = config.parent_pid.map(|_| {
+        let mut check = tokio::time::interval(PARENT_CHECK);
+        check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        check
+    });
 
     let mut driver = Driver {
         config,
@@ -171,9 +244,13 @@ where
         conversations: HashMap::new(),
         conversation_order: VecDeque::new(),
         sessions: HashMap::new(),
+        signal_tx,
+        signal_ids,
+        signal_tasks: JoinSet::new(),
         exit_code: None,
     };
 
+    let mut exit_reason = "stdin closed";
     loop {
         let deadline = driver.machine.next_deadline();
         let sleep = async move {
@@ -206,6 +283,14 @@ where
             Some((op, result)) = done_rx.recv() => {
                 driver.feed(Input::DeliveryOutcome { op, result }).await;
             }
+            Some(consumed) = signal_rx.recv() => driver.on_signal(consumed).await,
+            () = tick(parent_check.as_mut()) => {
+                if let Some(pid) = driver.config.parent_pid.filter(|pid| !process_exists(*pid)) {
+                    tracing::info!(pid, "parent process is gone");
+                    exit_reason = "parent process gone";
+                    break;
+                }
+            }
             () = sleep => driver.feed(Input::Timeout).await,
         }
         if driver.exit_code.is_some() {
@@ -213,9 +298,10 @@ where
         }
     }
 
-    tracing::info!("stdin closed, shutting down");
+    tracing::info!(reason = exit_reason, "shutting down");
     reader.abort();
     let exit_code = driver.exit_code.unwrap_or(0);
+    driver.stop_signals();
     let Driver {
         out,
         jobs,
@@ -235,6 +321,32 @@ where
     drop(out);
     let _ = writer.await;
     exit_code
+}
+
+/// Waits for the next tick of an optional interval; never, without one.
+async fn tick(interval: Option<&mut Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether a process with this id exists (`kill(pid, 0)`): only "no such
+/// process" counts as gone; a process we may not signal still exists.
+fn process_exists(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        // Not a pid a process can have: nothing to watch.
+        return true;
+    };
+    !matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
 }
 
 /// One line from the reader task.
@@ -329,6 +441,7 @@ enum Job {
 }
 
 async fn run_jobs(mut rx: mpsc::Receiver<Job>) {
+    let retrying = Arc::new(AtomicUsize::new(0));
     while let Some(job) = rx.recv().await {
         let (client, effect) = match job {
             Job::Write { client, effect } => (client, effect),
@@ -363,10 +476,38 @@ async fn run_jobs(mut rx: mpsc::Receiver<Job>) {
             Effect::AckDisposition {
                 conversation_id,
                 message_id,
-            } => (
-                "disposition",
-                client.accept_disposition(conversation_id, message_id).await,
-            ),
+            } => {
+                let Err(error) = client.accept_disposition(conversation_id, message_id).await
+                else {
+                    continue;
+                };
+                // The retries sleep for up to 40 s; they run beside the
+                // worker so later writes keep their pace and order.
+                if retrying.fetch_add(1, Ordering::Relaxed) < MAX_DISPOSITION_RETRIES {
+                    tracing::debug!(
+                        conversation_id,
+                        message_id,
+                        %error,
+                        "disposition release failed; retrying in the background"
+                    );
+                    let retrying = Arc::clone(&retrying);
+                    let (conversation_id, message_id) =
+                        (conversation_id.clone(), message_id.clone());
+                    tokio::spawn(async move {
+                        retry_disposition(&client, &conversation_id, &message_id).await;
+                        retrying.fetch_sub(1, Ordering::Relaxed);
+                    });
+                } else {
+                    retrying.fetch_sub(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        conversation_id,
+                        message_id,
+                        %error,
+                        "disposition release failed; too many retries pending"
+                    );
+                }
+                continue;
+            }
             Effect::RecordNoReply {
                 conversation_id,
                 message_id,
@@ -396,6 +537,36 @@ async fn run_jobs(mut rx: mpsc::Receiver<Job>) {
         if let Err(error) = result {
             tracing::warn!(what, %error, "best-effort Canon write failed");
         }
+    }
+}
+
+/// Re-sends a failed `accepted_now` release after each of
+/// [`DISPOSITION_RETRY_DELAYS`], then gives up with a warning
+/// (canon-wire.md §4.10; the PATCH is idempotent on the server).
+async fn retry_disposition(client: &CanonClient, conversation_id: &str, message_id: &str) {
+    let mut last = None;
+    for (attempt, delay) in DISPOSITION_RETRY_DELAYS.iter().enumerate() {
+        tokio::time::sleep(*delay).await;
+        match client.accept_disposition(conversation_id, message_id).await {
+            Ok(()) => {
+                tracing::debug!(
+                    conversation_id,
+                    message_id,
+                    attempt = attempt + 2,
+                    "disposition released"
+                );
+                return;
+            }
+            Err(error) => last = Some(error),
+        }
+    }
+    if let Some(error) = last {
+        tracing::warn!(
+            conversation_id,
+            message_id,
+            %error,
+            "disposition release failed after every retry"
+        );
     }
 }
 
@@ -564,7 +735,68 @@ struct Driver {
     conversation_order: VecDeque<String>,
     /// Session key → chat of the open turn (`turn.complete` names no chat).
     sessions: HashMap<String, String>,
+    /// Where the signal tasks report consumed signals.
+    signal_tx: mpsc::Sender<ConsumedSignal>,
+    /// The conversations the signal poll visits: the cache's key set
+    /// (canon-wire.md §4.2), republished when it changes.
+    signal_ids: watch::Sender<Vec<String>>,
+    /// The poll loop and doorbell consumes of the current connection.
+    signal_tasks: JoinSet<()>,
     exit_code: Option<i32>,
+}
+
+/// A runtime signal a signal task consumed from Canon.
+struct ConsumedSignal {
+    conversation_id: String,
+    signal: RuntimeSignal,
+}
+
+/// The signal pass: every conversation in `ids`, one after another, at once
+/// and then every `every` (canon-wire.md §4.9, §8.1 step 7). Ends when the
+/// loop stops listening.
+async fn poll_signals(
+    client: CanonClient,
+    ids: watch::Receiver<Vec<String>>,
+    every: Duration,
+    tx: mpsc::Sender<ConsumedSignal>,
+) {
+    let mut ticker = tokio::time::interval(every);
+    // A pass longer than the interval delays the next one instead of
+    // starting passes back to back.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let pass = ids.borrow().clone();
+        tracing::trace!(conversations = pass.len(), "signal pass");
+        for conversation_id in pass {
+            if !consume_signal(&client, conversation_id, &tx).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Consumes the pending signal of one conversation and reports it; `false`
+/// once nobody listens any more.
+async fn consume_signal(
+    client: &CanonClient,
+    conversation_id: String,
+    tx: &mpsc::Sender<ConsumedSignal>,
+) -> bool {
+    match client.consume_signal(&conversation_id).await {
+        Ok(Some(signal)) => tx
+            .send(ConsumedSignal {
+                conversation_id,
+                signal,
+            })
+            .await
+            .is_ok(),
+        Ok(None) => !tx.is_closed(),
+        Err(error) => {
+            tracing::debug!(conversation_id, %error, "signal consume failed");
+            !tx.is_closed()
+        }
+    }
 }
 
 impl Driver {
@@ -641,12 +873,20 @@ impl Driver {
             Frame::Request { id, kind, body } => self.on_request(id, kind, body).await,
             Frame::Notification { kind, body } => self.on_notification(&kind, body).await,
             Frame::Response { id, re, result } => {
-                tracing::debug!(
-                    id,
-                    re = re.as_deref().unwrap_or(""),
-                    ok = result.is_ok(),
-                    "shim answered"
-                );
+                // Daemon requests are fire-and-log: `inbound.message` and
+                // `control.signal` need nothing from the answer.
+                let re = re.as_deref().unwrap_or("");
+                match result {
+                    Ok(_) => tracing::debug!(id, re, ok = true, "shim answered"),
+                    Err(error) => tracing::debug!(
+                        id,
+                        re,
+                        ok = false,
+                        code = ?error.code,
+                        retryable = error.retryable,
+                        "shim answered"
+                    ),
+                }
             }
         }
     }
@@ -702,17 +942,31 @@ impl Driver {
                     }
                 }
             }
+            ShimRequest::Probe(probe) => self.probe(id, re, &probe).await,
+            ShimRequest::AdapterChatInfo(chat) => {
+                let (name, kind) = chat_facts(&chat.chat_id, self.conversations.get(&chat.chat_id));
+                let info = ChatInfo {
+                    name,
+                    kind: kind.to_owned(),
+                    id: chat.chat_id,
+                };
+                let body = protocol::ShimResponse::AdapterChatInfo(info).to_body();
+                self.respond(&id, re, Ok(body)).await;
+            }
             ShimRequest::AdapterConnect(connect) => {
                 let result = self.connect(connect.seams.busy_handler).await;
                 let body = protocol::ShimResponse::AdapterConnect(result).to_body();
                 self.respond(&id, re, Ok(body)).await;
             }
             ShimRequest::AdapterDisconnect(_) => {
+                // canon-wire.md §8.1: no wire call, the loops just stop.
+                self.stop_signals();
                 self.stream = None;
                 self.feed(Input::Disconnect).await;
                 self.respond(&id, re, Ok(empty())).await;
             }
             ShimRequest::Shutdown(_) => {
+                self.stop_signals();
                 self.stream = None;
                 self.respond(&id, re, Ok(empty())).await;
             }
@@ -1017,6 +1271,24 @@ impl Driver {
                 retryable,
             }),
         };
+        // canon-wire.md §8.1: 401/403 → `auth_failed`, never retried; any
+        // other failure → `connect_failed`, retryable per the error.
+        let refuse_call = |error: &TransportError| {
+            if matches!(error.status(), Some(401 | 403)) {
+                ConnectResult {
+                    connected: false,
+                    agent_id: None,
+                    agent_name: None,
+                    fatal: Some(Fatal {
+                        code: "auth_failed".to_owned(),
+                        message: AUTH_FAILED_MESSAGE.to_owned(),
+                        retryable: false,
+                    }),
+                }
+            } else {
+                refuse("connect_failed", error, error.is_retryable())
+            }
+        };
         if self.config.api_key.expose().is_empty() || self.config.base_url.is_empty() {
             return ConnectResult {
                 connected: false,
@@ -1040,16 +1312,19 @@ impl Driver {
         }
         let me = match client.get_me().await {
             Ok(me) => me,
-            Err(error) => {
-                let auth = matches!(error.status(), Some(401 | 403));
-                let code = if auth {
-                    "auth_failed"
-                } else {
-                    "connect_failed"
-                };
-                return refuse(code, &error, !auth);
-            }
+            Err(error) => return refuse_call(&error),
         };
+        let conversations = match client.list_conversations().await {
+            Ok(conversations) => conversations,
+            Err(error) => return refuse_call(&error),
+        };
+        // A fresh cache: the key set is also what the signal pass visits.
+        self.conversations.clear();
+        self.conversation_order.clear();
+        for conversation in conversations {
+            self.cache_conversation(&conversation.id, Value::Object(conversation.raw));
+        }
+        self.publish_signal_ids();
         self.agent_id = me.agent_id.clone();
         self.agent_name = me.display_name.clone();
         self.machine = TurnMachine::new(TurnConfig {
@@ -1058,7 +1333,8 @@ impl Driver {
         });
         self.stream = Some(EventStream::open(&client, StreamConfig::default()));
         let status_client = client.clone();
-        self.deliveries.spawn(async move {
+        self.start_signals(client.clone());
+        self.spawn_background(async move {
             if let Err(error) = status_client.publish_runtime_status().await {
                 tracing::warn!(%error, "runtime status publish failed");
             }
@@ -1102,6 +1378,27 @@ impl Driver {
         };
         match event.kind {
             EventKind::MessageCreated(created) => self.on_message_created(*created).await,
+            EventKind::RuntimeControl {
+                conversation_id,
+                kind,
+            } if kind == "signal" => self.ring(conversation_id),
+            EventKind::ConversationUpdated {
+                conversation_id,
+                changes,
+            } => {
+                // canon-wire.md §5.3: create `{id}` if missing, then merge.
+                let mut entry = self
+                    .conversations
+                    .get(&conversation_id)
+                    .cloned()
+                    .unwrap_or_else(|| serde_json::json!({ "id": conversation_id }));
+                if let Value::Object(object) = &mut entry {
+                    object.extend(changes);
+                }
+                if self.cache_conversation(&conversation_id, entry) {
+                    self.publish_signal_ids();
+                }
+            }
             EventKind::AgentContext {
                 agent_id: Some(agent_id),
                 ..
@@ -1129,7 +1426,9 @@ impl Driver {
         };
         if outcome.reached_conversation_step() {
             if let Some(conversation) = payload.get("conversation").filter(|c| c.is_object()) {
-                self.cache_conversation(&conversation_id, conversation.clone());
+                if self.cache_conversation(&conversation_id, conversation.clone()) {
+                    self.publish_signal_ids();
+                }
             }
         }
         let wake = match outcome {
@@ -1183,14 +1482,160 @@ impl Driver {
                 internal: false,
             },
         };
+        self.send_request(DaemonRequest::InboundMessage(message))
+            .await;
+    }
+
+    /// Sends a daemon-originated request (`d:<n>`); the shim's answer is
+    /// only logged ([`Frame::Response`] in `on_line`).
+    async fn send_request(&mut self, request: DaemonRequest) {
         self.next_daemon_id += 1;
-        let request = DaemonRequest::InboundMessage(message);
         let line = protocol::encode_request(
             &format!("d:{}", self.next_daemon_id),
             request.type_name(),
             request.to_body(),
         );
         self.send_line(line).await;
+    }
+
+    /// Hands a consumed runtime signal to the shim as `control.signal`
+    /// (hermes-host.md §12.3, §19.7).
+    async fn on_signal(&mut self, consumed: ConsumedSignal) {
+        let ConsumedSignal {
+            conversation_id,
+            signal,
+        } = consumed;
+        let kind = match signal.signal {
+            SignalKind::Interrupt => Signal::Interrupt,
+            SignalKind::StopAndDrop => Signal::StopAndDrop,
+            SignalKind::NewSession => Signal::NewSession,
+        };
+        let (chat_name, chat_type) =
+            chat_facts(&conversation_id, self.conversations.get(&conversation_id));
+        // canon-wire.md §4.9: `updatedBy`, else the agent, else the literal.
+        let updated_by = signal
+            .updated_by
+            .filter(|u| !u.trim().is_empty())
+            .or_else(|| self.agent_id.clone())
+            .unwrap_or_else(|| RUNTIME_CONTROL_USER.to_owned());
+        tracing::info!(conversation_id, signal = ?kind, "runtime control signal");
+        self.send_request(DaemonRequest::ControlSignal(ControlSignal {
+            chat_id: conversation_id,
+            chat_name: Some(chat_name),
+            chat_type: chat_type.to_owned(),
+            signal: kind,
+            updated_by: Some(updated_by),
+        }))
+        .await;
+    }
+
+    /// Starts the signal pass of a new connection (canon-wire.md §8.1 step 7).
+    fn start_signals(&mut self, client: CanonClient) {
+        self.stop_signals();
+        self.signal_tasks.spawn(poll_signals(
+            client,
+            self.signal_ids.subscribe(),
+            self.config
+                .signal_poll
+                .clamp(MIN_SIGNAL_POLL, MAX_SIGNAL_POLL),
+            self.signal_tx.clone(),
+        ));
+    }
+
+    /// Stops the signal pass and any doorbell consume (disconnect, shutdown).
+    fn stop_signals(&mut self) {
+        self.signal_tasks.abort_all();
+        self.signal_tasks.detach_all();
+    }
+
+    /// A `runtime.control` doorbell: consume that conversation's signal now,
+    /// beside the loop (canon-wire.md §5.6).
+    fn ring(&mut self, conversation_id: String) {
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        while self.signal_tasks.try_join_next().is_some() {}
+        let tx = self.signal_tx.clone();
+        self.signal_tasks.spawn(async move {
+            consume_signal(&client, conversation_id, &tx).await;
+        });
+    }
+
+    /// Republishes the set of conversations the signal pass visits.
+    fn publish_signal_ids(&self) {
+        self.signal_ids
+            .send_replace(self.conversation_order.iter().cloned().collect());
+    }
+
+    /// `probe` (hermes-host.md §19.6): without `verify` from the
+    /// configuration alone, with no network I/O; with it, one health or
+    /// `GET /agents/me` call on a task of its own. Never carries the key.
+    async fn probe(&mut self, id: String, re: &'static str, probe: &Probe) {
+        let configured =
+            !self.config.api_key.expose().is_empty() && !self.config.base_url.is_empty();
+        let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let mut result = ProbeResult {
+            configured,
+            profile: None,
+            environment_id: self.config.environment_id.clone(),
+            base_url: non_empty(&self.config.base_url),
+            stream_url: non_empty(&self.config.stream_url),
+            seed: None,
+            error: None,
+        };
+        if probe.verify && !configured {
+            result.error = Some("CANON_API_KEY and CANON_BASE_URL must be set".to_owned());
+        }
+        if !probe.verify || !configured {
+            let body = protocol::ShimResponse::Probe(result).to_body();
+            self.respond(&id, re, Ok(body)).await;
+            return;
+        }
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(error) => {
+                result.error = Some(error.to_string());
+                let body = protocol::ShimResponse::Probe(result).to_body();
+                self.respond(&id, re, Ok(body)).await;
+                return;
+            }
+        };
+        let environment = self.config.environment_id.clone();
+        let out = self.out.clone();
+        self.spawn_background(async move {
+            let check = async {
+                match environment {
+                    Some(environment) => client
+                        .verify_environment(&environment, None)
+                        .await
+                        .map(drop),
+                    None => client.get_me().await.map(drop),
+                }
+            };
+            result.error = match tokio::time::timeout(PROBE_VERIFY_BUDGET, check).await {
+                Ok(Ok(())) => None,
+                Ok(Err(error)) => Some(error.to_string()),
+                Err(_) => Some("Canon did not answer in time".to_owned()),
+            };
+            let body = protocol::ShimResponse::Probe(result).to_body();
+            if out
+                .send(protocol::encode_response(&id, re, Ok(body)))
+                .await
+                .is_err()
+            {
+                tracing::debug!("stdout writer is gone; probe answer dropped");
+            }
+        });
+    }
+
+    /// Spawns a task that must finish (or use up the exit grace) before the
+    /// daemon exits, reaping the ones already done.
+    fn spawn_background<F>(&mut self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        while self.deliveries.try_join_next().is_some() {}
+        self.deliveries.spawn(task);
     }
 
     fn remember_event(&mut self, event_ref: String, event: PendingEvent) {
@@ -1203,19 +1648,22 @@ impl Driver {
         self.events.insert(event_ref, event);
     }
 
-    fn cache_conversation(&mut self, id: &str, conversation: Value) {
+    /// Caches a conversation object; `true` when the key set changed.
+    fn cache_conversation(&mut self, id: &str, conversation: Value) -> bool {
         if self
             .conversations
             .insert(id.to_owned(), conversation)
-            .is_none()
+            .is_some()
         {
-            self.conversation_order.push_back(id.to_owned());
-            while self.conversation_order.len() > MAX_CONVERSATIONS {
-                if let Some(old) = self.conversation_order.pop_front() {
-                    self.conversations.remove(&old);
-                }
+            return false;
+        }
+        self.conversation_order.push_back(id.to_owned());
+        while self.conversation_order.len() > MAX_CONVERSATIONS {
+            if let Some(old) = self.conversation_order.pop_front() {
+                self.conversations.remove(&old);
             }
         }
+        true
     }
 
     /// Runs the machine on one input and carries out its effects.
@@ -1293,7 +1741,7 @@ impl Driver {
                 match self.client() {
                     Ok(client) => {
                         let done = self.done.clone();
-                        self.deliveries.spawn(async move {
+                        self.spawn_background(async move {
                             let result = deliver(client, delivery).await;
                             let _ = done.send((op, result)).await;
                         });
@@ -1332,6 +1780,31 @@ fn canon_chat(ctx: &protocol::TurnContext) -> Option<String> {
         return None;
     }
     ctx.chat_id.clone().filter(|c| !c.is_empty())
+}
+
+/// A chat's display name (`name` | `topic` | id) and type (`group` when
+/// the cached `type` is `group`, else `dm`; canon-wire.md §4.2), with the
+/// id and `dm` for a conversation the cache does not hold.
+fn chat_facts(id: &str, conversation: Option<&Value>) -> (String, &'static str) {
+    let Some(conversation) = conversation else {
+        return (id.to_owned(), "dm");
+    };
+    let name = ["name", "topic"]
+        .iter()
+        .find_map(|key| {
+            conversation
+                .get(*key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.trim().is_empty())
+        })
+        .unwrap_or(id)
+        .to_owned();
+    let kind = if conversation.get("type").and_then(Value::as_str) == Some("group") {
+        "group"
+    } else {
+        "dm"
+    };
+    (name, kind)
 }
 
 fn conversation_type_of(chat_type: Option<&str>) -> ConversationType {
@@ -1405,6 +1878,41 @@ mod tests {
             read_bounded_line(&mut reader, &mut buf).await.ok(),
             Some(None)
         );
+    }
+
+    #[test]
+    fn chat_facts_read_name_topic_and_type_from_the_cache() {
+        let check = |conversation: Option<Value>, expected: (&str, &str)| {
+            let (name, kind) = chat_facts("conv-1", conversation.as_ref());
+            assert_eq!((name.as_str(), kind), expected, "{conversation:?}");
+        };
+        check(None, ("conv-1", "dm"));
+        check(
+            Some(serde_json::json!({"name": "Team", "type": "group"})),
+            ("Team", "group"),
+        );
+        check(
+            Some(serde_json::json!({"name": " ", "topic": "Launch", "type": "direct"})),
+            ("Launch", "dm"),
+        );
+        check(
+            Some(serde_json::json!({"type": 7, "name": 3})),
+            ("conv-1", "dm"),
+        );
+    }
+
+    #[test]
+    fn a_reaped_process_no_longer_exists() {
+        assert!(process_exists(std::process::id()));
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("`true` runs");
+        let pid = child.id();
+        child.wait().expect("`true` exits and is reaped");
+        assert!(!process_exists(pid));
+        // Ids no process can have are not watched.
+        assert!(process_exists(0));
+        assert!(process_exists(u32::MAX));
     }
 
     #[test]

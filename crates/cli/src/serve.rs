@@ -2,6 +2,8 @@
 //! Reads its configuration from the environment, installs the stderr log subscriber and runs
 //! `canon_adapter::driver` over stdin and stdout. The API key never reaches a log line.
 
+use std::time::Duration;
+
 use canon_adapter::driver::{self, ApiKey, DriverConfig};
 
 use crate::exit;
@@ -11,9 +13,30 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// `CANON_HERMES_PARENT_PID`, the shim's process (hermes-host.md §19.3). A value that is not
+/// a positive process id is ignored with a warning: the stdin EOF still ends the daemon.
+fn parent_pid() -> Option<u32> {
+    let raw = env("CANON_HERMES_PARENT_PID")?;
+    match raw.trim().parse::<u32>() {
+        Ok(pid) if pid > 0 && i32::try_from(pid).is_ok() => Some(pid),
+        _ => {
+            tracing::warn!("ignoring CANON_HERMES_PARENT_PID: not a process id");
+            None
+        }
+    }
+}
+
+/// `CANON_HERMES_SIGNAL_POLL_MS`, a test hook that shortens the 15 s runtime signal poll
+/// (canon-wire.md §4.9); unset or unreadable keeps the default.
+fn signal_poll() -> Duration {
+    env("CANON_HERMES_SIGNAL_POLL_MS")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(driver::SIGNAL_POLL, Duration::from_millis)
+}
+
 /// The driver configuration from `CANON_API_KEY`, `CANON_BASE_URL`, `CANON_STREAM_URL`
-/// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL` and
-/// `HERMES_ALLOW_PRIVATE_URLS`.
+/// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL`,
+/// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_HERMES_PARENT_PID` and `CANON_HERMES_SIGNAL_POLL_MS`.
 fn config_from_env() -> DriverConfig {
     let base_url = env("CANON_BASE_URL").unwrap_or_default();
     let stream_url = env("CANON_STREAM_URL").unwrap_or_else(|| base_url.clone());
@@ -28,6 +51,8 @@ fn config_from_env() -> DriverConfig {
         home_channel: env("CANON_HOME_CHANNEL"),
         manifest_sha256: None,
         durable_backoff: None,
+        parent_pid: parent_pid(),
+        signal_poll: signal_poll(),
     }
 }
 
@@ -52,7 +77,11 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
     }
     install_logging();
     let config = config_from_env();
-    tracing::info!(base_url = %config.base_url, "canon-hermes daemon starting");
+    tracing::info!(
+        base_url = %config.base_url,
+        parent_pid = config.parent_pid,
+        "canon-hermes daemon starting"
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,14 +1,19 @@
 //! Runs the real `canon-hermes serve --stdio` binary against canon-sim, speaking the shim side of
 //! the JSON-lines protocol (hermes-host.md §19): handshake, an inbound wake, a streamed turn that
-//! ends in exactly one `turn_complete`, a 20 KB answer in ordered parts, and exit on stdin EOF.
+//! ends in exactly one `turn_complete`, a 20 KB answer in ordered parts, exit on stdin EOF or
+//! when the parent process is gone, the connect sequence's conversation cache, runtime control
+//! signals (doorbell and poll), `probe`, `adapter.chat_info` and out-of-turn sends.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
 use std::time::Duration;
 
 use canon_sim::config::SimConfig;
-use canon_sim::control::Injection;
-use canon_sim::{Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
+use canon_sim::control::{Injection, Signal};
+use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+use canon_sim::{
+    ConversationSpec, Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -32,14 +37,30 @@ impl Shim {
     }
 
     fn spawn_with(sim: &SimHandle, log: &str, stderr: Stdio) -> Shim {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_canon-hermes"))
+        Shim::spawn_env(sim, log, stderr, &[])
+    }
+
+    /// Spawns with extra environment; an empty value removes the variable.
+    fn spawn_env(sim: &SimHandle, log: &str, stderr: Stdio, env: &[(&str, &str)]) -> Shim {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_canon-hermes"));
+        command
             .args(["serve", "--stdio"])
             .env("CANON_API_KEY", sim.api_key())
             .env("CANON_BASE_URL", sim.base_url())
             .env("CANON_STREAM_URL", sim.stream_url())
             .env_remove("CANON_ENVIRONMENT_ID")
             .env_remove("CANON_HOME_CHANNEL")
-            .env("RUST_LOG", log)
+            .env_remove("CANON_HERMES_PARENT_PID")
+            .env_remove("CANON_HERMES_SIGNAL_POLL_MS")
+            .env("RUST_LOG", log);
+        for (name, value) in env {
+            if value.is_empty() {
+                command.env_remove(name);
+            } else {
+                command.env(name, value);
+            }
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -120,19 +141,32 @@ impl Shim {
         .await
     }
 
-    async fn connect(&mut self, sim: &SimHandle) {
+    /// `hello`, then `adapter.connect`; returns the connect response.
+    async fn try_connect(&mut self) -> Value {
         let hello = self.hello().await;
         assert_eq!(hello["ok"], true, "{hello}");
-        let connect = self
-            .request(
-                "adapter.connect",
-                json!({
-                    "adapter_instance": 1,
-                    "config": {"extra": {}, "typing_indicator": true},
-                    "host": {"streaming_enabled": true},
-                }),
-            )
-            .await;
+        self.request(
+            "adapter.connect",
+            json!({
+                "adapter_instance": 1,
+                "config": {"extra": {}, "typing_indicator": true},
+                "host": {"streaming_enabled": true},
+            }),
+        )
+        .await
+    }
+
+    /// Answers a daemon-originated request with `{ok: true, body}`.
+    async fn answer(&mut self, request: &Value, body: Value) {
+        self.write(
+            &json!({"v": 1, "id": request["id"], "re": request["type"], "ok": true,
+                           "body": body}),
+        )
+        .await;
+    }
+
+    async fn connect(&mut self, sim: &SimHandle) {
+        let connect = self.try_connect().await;
         assert_eq!(connect["body"]["connected"], true, "{connect}");
         assert_eq!(connect["body"]["agent_id"], DEFAULT_AGENT);
         sim.wait_for("stream open", WAIT, |s| !s.open_streams.is_empty())
@@ -183,11 +217,21 @@ fn agent_messages(sim: &SimHandle) -> Vec<(String, String)> {
 
 /// Injects a human message, answers the daemon's `inbound.message` and opens the turn.
 async fn open_turn(shim: &mut Shim, sim: &SimHandle, text: &str) -> (String, String) {
-    sim.inject_message(&Injection {
+    let injection = Injection {
         text: Some(text.to_owned()),
         ..Injection::default()
-    })
-    .expect("inject");
+    };
+    open_turn_with(shim, sim, &injection).await
+}
+
+/// [`open_turn`] for a given injection (which must carry a text).
+async fn open_turn_with(
+    shim: &mut Shim,
+    sim: &SimHandle,
+    injection: &Injection,
+) -> (String, String) {
+    let text = injection.text.as_deref().expect("a text");
+    sim.inject_message(injection).expect("inject");
     let inbound = shim.expect("inbound.message").await;
     let event = &inbound["body"]["event"];
     assert!(
@@ -247,7 +291,10 @@ async fn handshake_is_required_first_and_then_negotiated() {
     assert_eq!(hello["body"]["daemon_version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(hello["body"]["epoch"].as_str().map(str::len), Some(16));
     let unsupported = shim
-        .request("adapter.chat_info", json!({"chat_id": "c"}))
+        .request(
+            "tool.call",
+            json!({"name": "canon_communicate", "args": {}}),
+        )
         .await;
     assert_eq!(unsupported["ok"], false);
     assert_eq!(unsupported["error"]["code"], "internal");
@@ -490,4 +537,497 @@ async fn trace_logs_go_to_stderr_and_never_contain_the_api_key() {
         !logs.contains(&sim.api_key()),
         "the API key leaked into the logs"
     );
+}
+
+const GROUP: &str = "c-team";
+
+/// A group conversation `c-team` ("Team") of the owner and the agent.
+fn add_group(sim: &SimHandle) {
+    sim.create_conversation(ConversationSpec {
+        id: Some(GROUP.to_owned()),
+        kind: "group".to_owned(),
+        name: Some("Team".to_owned()),
+        member_ids: vec![DEFAULT_OWNER.to_owned(), DEFAULT_AGENT.to_owned()],
+        behavior: None,
+    });
+}
+
+/// Requests the sim journal recorded under `path`, in order: (method, body).
+fn journal(sim: &SimHandle, path: &str) -> Vec<(String, Value)> {
+    sim.journal(0, Some(path))
+        .into_iter()
+        .map(|e| (e.method, e.body))
+        .collect()
+}
+
+/// Waits until the daemon has polled at least `n` signals (any conversation).
+async fn wait_for_consumes(sim: &SimHandle, n: usize) {
+    sim.wait_for("signal consumed", WAIT, |s| {
+        s.journal.count(Some("POST"), "/runtime/signal/consume") >= n
+    })
+    .await
+    .expect("the daemon polls runtime signals");
+}
+
+fn status_fault(method: &str, path: &str, status: u16) -> FaultRule {
+    FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some(method.to_owned()),
+            path: Some(path.to_owned()),
+            ..FaultMatcher::default()
+        },
+        action: FaultAction::Status {
+            status,
+            body: None,
+            retry_after: None,
+            headers: Vec::new(),
+        },
+        seen: 0,
+        fired: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_caches_the_conversations_for_chat_info() {
+    let sim = sim().await;
+    add_group(&sim);
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let paths: Vec<String> = sim.journal(0, None).into_iter().map(|e| e.path).collect();
+    let me = paths.iter().position(|p| p == "/agents/me");
+    let list = paths.iter().position(|p| p == "/conversations");
+    assert!(
+        me.is_some() && list.is_some() && me < list,
+        "GET /agents/me, then GET /conversations: {paths:?}"
+    );
+
+    // No message arrived from the group: only `GET /conversations` can name it.
+    let team = shim
+        .request("adapter.chat_info", json!({"chat_id": GROUP}))
+        .await;
+    assert_eq!(
+        team["body"],
+        json!({"name": "Team", "type": "group", "id": GROUP}),
+        "{team}"
+    );
+    let direct = shim
+        .request(
+            "adapter.chat_info",
+            json!({"chat_id": DEFAULT_CONVERSATION}),
+        )
+        .await;
+    assert_eq!(
+        direct["body"],
+        json!({"name": "Owner", "type": "dm", "id": DEFAULT_CONVERSATION})
+    );
+    let unknown = shim
+        .request("adapter.chat_info", json!({"chat_id": "c-elsewhere"}))
+        .await;
+    assert_eq!(
+        unknown["body"],
+        json!({"name": "c-elsewhere", "type": "dm", "id": "c-elsewhere"})
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_info_before_connect_falls_back_to_the_id() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    assert_eq!(shim.hello().await["ok"], true);
+    let info = shim
+        .request(
+            "adapter.chat_info",
+            json!({"chat_id": DEFAULT_CONVERSATION}),
+        )
+        .await;
+    assert_eq!(
+        info["body"],
+        json!({"name": DEFAULT_CONVERSATION, "type": "dm", "id": DEFAULT_CONVERSATION})
+    );
+    assert!(
+        sim.journal(0, None).is_empty(),
+        "chat_info is answered locally"
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rejected_conversation_list_fails_connect_as_auth_failed() {
+    let sim = sim().await;
+    sim.add_fault(status_fault("GET", "/conversations", 401))
+        .expect("fault installed");
+    let mut shim = Shim::spawn(&sim);
+    let connect = shim.try_connect().await;
+    assert_eq!(
+        connect["body"],
+        json!({"connected": false, "fatal": {
+            "code": "auth_failed",
+            "message": "Canon rejected the configured agent credentials. Re-run Canon setup.",
+            "retryable": false,
+        }}),
+        "{connect}"
+    );
+    assert!(
+        journal(&sim, "/agents/stream").is_empty(),
+        "no stream after a failed connect"
+    );
+    assert!(journal(&sim, "/runtime/signal/consume").is_empty());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_conversation_list_fails_connect_retryably() {
+    let sim = sim().await;
+    sim.add_fault(status_fault("GET", "/conversations", 503))
+        .expect("fault installed");
+    let mut shim = Shim::spawn(&sim);
+    let connect = shim.try_connect().await;
+    assert_eq!(connect["body"]["connected"], false, "{connect}");
+    assert_eq!(connect["body"]["fatal"]["code"], "connect_failed");
+    assert_eq!(connect["body"]["fatal"]["retryable"], true);
+    assert!(journal(&sim, "/agents/stream").is_empty());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doorbell_signal_reaches_the_shim_as_control_signal() {
+    let sim = sim().await;
+    add_group(&sim);
+    // The default 15 s poll: within the 10 s wait only the doorbell can deliver.
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    // The first pass at connect visits both conversations before the signal exists.
+    wait_for_consumes(&sim, 2).await;
+
+    sim.raise_signal(&Signal {
+        conversation_id: DEFAULT_CONVERSATION.to_owned(),
+        signal: "interrupt".to_owned(),
+        updated_by: Some(DEFAULT_OWNER.to_owned()),
+        doorbell: Some(true),
+    })
+    .expect("signal raised");
+    let request = shim.expect("control.signal").await;
+    assert!(
+        request["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("d:")),
+        "{request}"
+    );
+    assert_eq!(
+        request["body"],
+        json!({"chat_id": DEFAULT_CONVERSATION, "chat_name": "Owner", "chat_type": "dm",
+               "signal": "interrupt", "updated_by": DEFAULT_OWNER})
+    );
+    shim.answer(&request, json!({})).await;
+
+    // A group signal without `updatedBy` names the agent itself.
+    sim.raise_signal(&Signal {
+        conversation_id: GROUP.to_owned(),
+        signal: "stop_and_drop".to_owned(),
+        updated_by: None,
+        doorbell: Some(true),
+    })
+    .expect("signal raised");
+    let request = shim.expect("control.signal").await;
+    assert_eq!(
+        request["body"],
+        json!({"chat_id": GROUP, "chat_name": "Team", "chat_type": "group",
+               "signal": "stop_and_drop", "updated_by": DEFAULT_AGENT})
+    );
+    shim.answer(&request, json!({})).await;
+    assert!(sim.read_state(|s| s.signals.values().all(|q| q.is_empty())));
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missed_doorbell_is_caught_by_the_poll() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn_env(
+        &sim,
+        "warn",
+        Stdio::inherit(),
+        &[("CANON_HERMES_SIGNAL_POLL_MS", "200")],
+    );
+    shim.connect(&sim).await;
+    sim.raise_signal(&Signal {
+        conversation_id: DEFAULT_CONVERSATION.to_owned(),
+        signal: "new_session".to_owned(),
+        updated_by: Some(DEFAULT_OWNER.to_owned()),
+        doorbell: Some(false),
+    })
+    .expect("signal raised");
+    let request = shim.expect("control.signal").await;
+    assert_eq!(request["body"]["signal"], "new_session", "{request}");
+    assert_eq!(request["body"]["chat_id"], DEFAULT_CONVERSATION);
+    assert_eq!(request["body"]["updated_by"], DEFAULT_OWNER);
+    shim.answer(&request, json!({})).await;
+    let consumes = journal(&sim, "/runtime/signal/consume");
+    assert!(consumes.iter().all(|(method, body)| method == "POST"
+        && *body == json!({"conversationId": DEFAULT_CONVERSATION})));
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn disconnect_stops_the_signal_poll() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn_env(
+        &sim,
+        "warn",
+        Stdio::inherit(),
+        &[("CANON_HERMES_SIGNAL_POLL_MS", "100")],
+    );
+    shim.connect(&sim).await;
+    wait_for_consumes(&sim, 2).await;
+    let done = shim
+        .request("adapter.disconnect", json!({"adapter_instance": 1}))
+        .await;
+    assert_eq!(done["ok"], true, "{done}");
+    sim.raise_signal(&Signal {
+        conversation_id: DEFAULT_CONVERSATION.to_owned(),
+        signal: "interrupt".to_owned(),
+        updated_by: None,
+        doorbell: Some(false),
+    })
+    .expect("signal raised");
+    // The absence of a consume can only be observed over time: ten poll
+    // intervals pass without the daemon taking the signal.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let pending = sim.read_state(|s| {
+        s.signals
+            .get(DEFAULT_CONVERSATION)
+            .map_or(0, std::collections::VecDeque::len)
+    });
+    assert_eq!(pending, 1, "the signal is still waiting in Canon");
+    assert!(shim
+        .backlog
+        .iter()
+        .all(|frame| frame["type"] != "control.signal"));
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn probe_without_verify_makes_no_network_call_and_hides_the_key() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    assert_eq!(shim.hello().await["ok"], true);
+    let probe = shim
+        .request(
+            "probe",
+            json!({"config": {"extra": {}, "enabled": true}, "verify": false}),
+        )
+        .await;
+    assert_eq!(
+        probe["body"],
+        json!({"configured": true, "base_url": sim.base_url(),
+               "stream_url": sim.stream_url(), "seed": null}),
+        "{probe}"
+    );
+    assert!(!probe.to_string().contains(&sim.api_key()));
+    let check_fn = shim
+        .request("probe", json!({"config": null, "verify": false}))
+        .await;
+    assert_eq!(check_fn["body"]["configured"], true, "{check_fn}");
+    assert!(
+        sim.journal(0, None).is_empty(),
+        "probe without verify touched Canon"
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn probe_reports_missing_credentials_and_verifies_on_request() {
+    let sim = sim().await;
+    let mut bare = Shim::spawn_env(&sim, "warn", Stdio::inherit(), &[("CANON_API_KEY", "")]);
+    assert_eq!(bare.hello().await["ok"], true);
+    let probe = bare
+        .request("probe", json!({"config": null, "verify": false}))
+        .await;
+    assert_eq!(probe["body"]["configured"], false, "{probe}");
+    assert_eq!(bare.close().await, Some(0));
+    assert!(sim.journal(0, None).is_empty());
+
+    let mut shim = Shim::spawn(&sim);
+    assert_eq!(shim.hello().await["ok"], true);
+    let verified = shim
+        .request("probe", json!({"config": null, "verify": true}))
+        .await;
+    assert_eq!(verified["body"]["configured"], true, "{verified}");
+    assert!(verified["body"].get("error").is_none(), "{verified}");
+    assert_eq!(journal(&sim, "/agents/me").len(), 1);
+    assert!(!verified.to_string().contains(&sim.api_key()));
+
+    sim.add_fault(status_fault("GET", "/agents/me", 401))
+        .expect("fault installed");
+    let refused = shim
+        .request("probe", json!({"config": null, "verify": true}))
+        .await;
+    assert!(
+        refused["body"]["error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty() && !e.contains(&sim.api_key())),
+        "{refused}"
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_exits_when_the_parent_process_is_gone() {
+    let sim = sim().await;
+    let mut gone = std::process::Command::new("true")
+        .spawn()
+        .expect("`true` runs");
+    let gone_pid = gone.id().to_string();
+    gone.wait().expect("`true` exits and is reaped");
+
+    let live_pid = std::process::id().to_string();
+    let mut orphan = Shim::spawn_env(
+        &sim,
+        "warn",
+        Stdio::inherit(),
+        &[("CANON_HERMES_PARENT_PID", &gone_pid)],
+    );
+    let mut kept = Shim::spawn_env(
+        &sim,
+        "warn",
+        Stdio::inherit(),
+        &[("CANON_HERMES_PARENT_PID", &live_pid)],
+    );
+    // stdin stays open: only the parent check can end the orphan.
+    let status = tokio::time::timeout(WAIT, orphan.child.wait())
+        .await
+        .expect("the daemon exits within the parent check interval")
+        .expect("wait works");
+    assert_eq!(status.code(), Some(0));
+    assert!(orphan.stdin.is_some(), "stdin was never closed");
+
+    assert!(
+        kept.child.try_wait().expect("try_wait works").is_none(),
+        "a daemon whose parent lives keeps running"
+    );
+    assert_eq!(kept.hello().await["ok"], true);
+    assert_eq!(kept.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn out_of_turn_send_is_one_durable_chunked_message_group() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    // Hermes' in-process cron delivers through the live adapter's `send` with
+    // `metadata=None`, outside any turn (hermes-host.md §10, §15).
+    let text: String = (0..200)
+        .map(|i| format!("Cron line {i:03}: the nightly report says all is well.\n"))
+        .collect();
+    assert!(text.len() > 10_000);
+    let sent = shim
+        .request(
+            "adapter.send",
+            json!({"chat_id": DEFAULT_CONVERSATION, "content": text, "reply_to": null,
+                   "metadata": null, "ctx": {}}),
+        )
+        .await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+
+    let parts: Vec<(Option<String>, Value)> = sim.read_state(|s| {
+        s.messages
+            .iter()
+            .filter(|m| m.conversation_id == DEFAULT_CONVERSATION)
+            .filter(|m| m.message["senderId"] == DEFAULT_AGENT)
+            .map(|m| (m.client_id.clone(), m.message.clone()))
+            .collect()
+    });
+    assert_eq!(parts.len(), 3, "10 KB in 3,800-byte parts");
+    let texts: Vec<&str> = parts
+        .iter()
+        .map(|(_, m)| m["text"].as_str().unwrap_or_default())
+        .collect();
+    assert!(texts.iter().all(|t| t.len() <= 3_800));
+    let squash = |s: &str| s.split_whitespace().collect::<String>();
+    assert_eq!(
+        texts.iter().map(|t| squash(t)).collect::<String>(),
+        squash(&text),
+        "the parts carry the whole text in order"
+    );
+    let count = parts.len();
+    for (i, (_, message)) in parts.iter().enumerate() {
+        let metadata = &message["metadata"];
+        assert_eq!(metadata["messageChunk"]["index"], i + 1, "{metadata}");
+        assert_eq!(metadata["messageChunk"]["count"], count);
+        assert!(metadata.get("turnId").is_none(), "no turn: {metadata}");
+        assert!(metadata.get("turnTrail").is_none(), "{metadata}");
+        if i + 1 < count {
+            assert_eq!(metadata["turnSemantics"], "progress", "{metadata}");
+            assert_eq!(metadata["replyBehavior"], "suppress_auto_reply");
+        } else {
+            assert_eq!(metadata["turnSemantics"], "turn_complete", "{metadata}");
+            assert_eq!(metadata["turnComplete"], true);
+        }
+    }
+    let group_ids: Vec<&Value> = parts
+        .iter()
+        .map(|(_, m)| &m["metadata"]["messageChunk"]["groupId"])
+        .collect();
+    assert!(group_ids.windows(2).all(|w| w[0] == w[1]));
+    // FIXME(spec): turns.md §4.6 ("standalone (cron / out-of-turn
+    // notification) ids") would give this send a fresh `standalone:<32 hex>`
+    // id group: client ids `hermes-final-…-part-i`, `messageChunk.groupId` =
+    // the base id, sent through the `send_to` verb. The turn machine follows
+    // §7.6 instead ("without a turn id: no client id, conservative
+    // retries"), so the parts carry no client id and no groupId and go
+    // through `POST /messages/send`. These assertions pin today's behaviour;
+    // flip them if §4.6 is the intended reading for `adapter.send`.
+    assert!(parts.iter().all(|(client_id, _)| client_id.is_none()));
+    assert!(group_ids.iter().all(|g| g.is_null()));
+    assert_eq!(journal(&sim, "/messages/send").len(), 3);
+    assert!(journal(&sim, "/agent/verbs/send_to").is_empty());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_disposition_release_is_retried_behind_later_writes() {
+    let sim = sim().await;
+    let mut fault = status_fault("PATCH", "/conversations/*", 503);
+    fault.matcher.nth = Some(vec![1]);
+    sim.add_fault(fault).expect("fault installed");
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let injection = Injection {
+        text: Some("a queued question".to_owned()),
+        metadata: Some(json!({"inboundDisposition": "queued"})),
+        ..Injection::default()
+    };
+    let (event_ref, _turn_id) = open_turn_with(&mut shim, &sim, &injection).await;
+    sim.wait_for("disposition retried", WAIT, |s| {
+        s.journal.count(Some("PATCH"), "/conversations/") >= 2
+    })
+    .await
+    .expect("the failed release is retried");
+
+    let entries = sim.journal(0, Some("/conversations/"));
+    let patches: Vec<_> = entries.iter().filter(|e| e.method == "PATCH").collect();
+    assert_eq!(patches.len(), 2, "one failure, one successful retry");
+    assert_eq!(patches[0].status, 503);
+    assert_eq!(patches[1].status, 200);
+    assert_eq!(
+        patches[1].body,
+        json!({"inboundDisposition": "accepted_now"})
+    );
+    // The ordered worker did not wait for the retry: the read mark behind
+    // the failed release went out before the retry did.
+    let read = entries
+        .iter()
+        .find(|e| e.method == "POST" && e.path.ends_with("/read"))
+        .expect("the turn marks the conversation read");
+    assert!(patches[0].seq < read.seq && read.seq < patches[1].seq);
+    let released = sim.read_state(|s| {
+        s.messages.iter().any(|m| {
+            m.message["text"] == "a queued question"
+                && m.message["metadata"]["inboundDisposition"] == "accepted_now"
+        })
+    });
+    assert!(released, "Canon holds the message as accepted_now");
+    complete_turn(&mut shim, &event_ref).await;
+    assert_eq!(shim.close().await, Some(0));
 }
