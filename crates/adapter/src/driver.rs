@@ -26,6 +26,26 @@
 //! `verify` and disposition retries (hermes-host.md §12.3) also run on
 //! their own tasks, so a slow Canon never stalls the loop.
 //!
+//! # Inbound media
+//!
+//! A waking `message.created` with attachments (runtime-control.md §8.2,
+//! canon-wire.md §5.4.2 step 9) is materialized off the loop: a task
+//! downloads each attachment in array order through the SSRF-guarded
+//! [`MediaDownloader`], classifies it with [`crate::media`], writes every
+//! attachment that is not hidden to a new 0600 file under
+//! `<CANON_HOME>/tmp/` (hermes-host.md Q8) and lists it in the
+//! `inbound.message` `media`; hidden ones are never written and only show as
+//! the §8.5 markers. At most [`MEDIA_CONCURRENCY`] messages download at
+//! once. Order per conversation is kept by a lane: while a message of a
+//! conversation is being materialized, later messages of that conversation
+//! (with or without media) wait behind it, and the lane is flushed front to
+//! back as tasks report; other conversations are not held up. When
+//! [`MAX_PENDING_INBOUND`] messages wait, the loop stops reading the event
+//! stream until one is sent (back-pressure instead of an unbounded buffer).
+//! Files of previous runs older than [`HANDOFF_MAX_AGE`] are deleted at
+//! start. The §8.4 capture registry does not exist: hidden media are
+//! reported to the model as withheld ([`crate::media::available_count`]).
+//!
 //! # Not wired yet
 //!
 //! `adapter.send_media`, `adapter.send_clarify`,
@@ -34,7 +54,8 @@
 //! "no_reply"` are answered with an `internal` error whose message says the
 //! request is unsupported ([`UNSUPPORTED_SUFFIX`]), never silently dropped.
 //! The daemon does not yet send `approval.resolve`, `clarify.resolve` or
-//! `host.queue_depth`, does not download inbound media, does not publish
+//! `host.queue_depth`, does not keep inbound media for trusted tools (the
+//! §8.4 capture registry of runtime-control.md), does not publish
 //! the 30 s runtime status loop, and does not re-fetch `GET /conversations`
 //! after `replay.expired`.
 //!
@@ -50,12 +71,18 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use canon_dispatch::intent::demote_for_hidden_media;
 use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
+use canon_dispatch::protocol::DeliveryIntent;
 use canon_dispatch::verbosity::ConversationType;
+use canon_transport::media::{safe_url, MediaDownloader, MediaOptions};
+use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::types::{
     RuntimeSignal, SendMessage, SignalKind, StreamingUpdate, TurnCapabilities, TurnUpdate,
@@ -66,15 +93,17 @@ use canon_transport::{
 };
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{Interval, MissedTickBehavior};
 
+use crate::media::{self, MediaCounts, MediaSettings, TrustedScope};
 use crate::protocol::{
     self, AdapterStatus, ChatInfo, ChatRef, ConnectResult, ControlSignal, DaemonNotification,
     DaemonRequest, ErrorBody, ErrorCode, EventSource, EventSummary, Fatal, Frame, HandshakePolicy,
-    InboundEvent, InboundMessage, InboundMetadata, Probe, ProbeResult, ShimNotification,
-    ShimRequest, Signal, StandaloneResult, TurnStarted, EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
+    InboundEvent, InboundMedia, InboundMessage, InboundMetadata, Probe, ProbeResult,
+    ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
+    EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
 use crate::secret::{Opaque, Secret};
 use crate::turn::{
@@ -86,6 +115,11 @@ use crate::turn::{
 /// The redacting API-key type of [`DriverConfig::api_key`], re-exported so
 /// the binary need not depend on `canon-transport` (ARCHITECTURE.md).
 pub use canon_transport::ApiKey;
+
+/// The `CANON_HOME` rule (cli.md §6, approvals.md §3.1), re-exported so the
+/// binary resolves [`DriverConfig::canon_home`] exactly as the approvals
+/// store does without depending on `canon-approvals`.
+pub use canon_approvals::store::resolve_canon_home;
 
 /// The `hermes-agent` version the shim must run on (hermes-host.md §16).
 pub const AUDITED_HERMES: &str = "0.19.0";
@@ -152,6 +186,25 @@ pub const RUNTIME_CONTROL_USER: &str = "canon-runtime-control";
 pub const AUTH_FAILED_MESSAGE: &str =
     "Canon rejected the configured agent credentials. Re-run Canon setup.";
 
+/// The fatal code of an `adapter.connect` refused for an invalid inbound
+/// media delivery setting (runtime-control.md §8.1; our code, the message
+/// is exact).
+pub const INVALID_CONFIG_CODE: &str = "invalid_config";
+
+/// Inbound messages materializing their media at once (our number; the
+/// others wait for a permit in their own task).
+pub const MEDIA_CONCURRENCY: usize = 4;
+
+/// Inbound messages waiting in conversation lanes at most (our number);
+/// at the cap the loop stops reading the event stream until one is sent.
+pub const MAX_PENDING_INBOUND: usize = 256;
+
+/// Hand-off files older than this are deleted at start (hermes-host.md Q8).
+pub const HANDOFF_MAX_AGE: Duration = Duration::from_secs(3_600);
+
+/// The hand-off directory under `CANON_HOME` (hermes-host.md Q8, cli.md §6).
+pub const HANDOFF_DIR: &str = "tmp";
+
 /// The end of the message of a request this daemon does not serve yet.
 pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
 
@@ -167,8 +220,18 @@ pub struct DriverConfig {
     /// `CANON_ENVIRONMENT_ID`; when set, `adapter.connect` verifies both
     /// services belong to it (canon-wire.md §1.2).
     pub environment_id: Option<String>,
-    /// `HERMES_ALLOW_PRIVATE_URLS` (media downloads; kept for the media path).
+    /// `HERMES_ALLOW_PRIVATE_URLS`: inbound media downloads may reach
+    /// private addresses (the cloud-metadata floor stays blocked).
     pub allow_private_urls: bool,
+    /// `CANON_INBOUND_IMAGE_DELIVERY` (`None` when unset or blank); wins over
+    /// the platform extra (runtime-control.md §8.1).
+    pub inbound_image_delivery: Option<String>,
+    /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (`None` when unset or blank).
+    pub inbound_visual_media_delivery: Option<String>,
+    /// The Canon home ([`resolve_canon_home`]); inbound media are handed to
+    /// the shim as files under its `tmp/`. `None` (no home directory): no
+    /// attachment can be handed off, each counts as failed.
+    pub canon_home: Option<PathBuf>,
     /// `CANON_HOME_CHANNEL`, the standalone fallback target.
     pub home_channel: Option<String>,
     /// SHA-256 of the manifest this binary would install; `None` accepts the
@@ -192,6 +255,12 @@ impl std::fmt::Debug for DriverConfig {
             .field("api_key", &self.api_key)
             .field("environment_id", &self.environment_id)
             .field("allow_private_urls", &self.allow_private_urls)
+            .field("inbound_image_delivery", &self.inbound_image_delivery)
+            .field(
+                "inbound_visual_media_delivery",
+                &self.inbound_visual_media_delivery,
+            )
+            .field("canon_home", &self.canon_home)
             .field("home_channel", &self.home_channel)
             .field("parent_pid", &self.parent_pid)
             .field("signal_poll", &self.signal_poll)
@@ -216,6 +285,19 @@ where
     let (done_tx, mut done_rx) = mpsc::channel::<(OpId, DeliveryResult)>(64);
     let (signal_tx, mut signal_rx) = mpsc::channel::<ConsumedSignal>(SIGNAL_FRAMES);
     let (signal_ids, _) = watch::channel(Vec::new());
+    let (media_tx, mut media_rx) = mpsc::channel::<MediaDone>(64);
+    let media_dir = config.canon_home.as_deref().map(|home| {
+        let dir = home.join(HANDOFF_DIR);
+        std::path::absolute(&dir).unwrap_or(dir)
+    });
+    if let Some(dir) = media_dir.clone() {
+        let swept = tokio::task::spawn_blocking(move || sweep_handoff_dir(&dir, SystemTime::now()))
+            .await
+            .unwrap_or(0);
+        if swept > 0 {
+            tracing::info!(files = swept, "deleted stale inbound media hand-off files");
+        }
+    }
     let mut parent_check = config.parent_pid.map(|_| {
         let mut check = tokio::time::interval(PARENT_CHECK);
         check.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -247,12 +329,23 @@ where
         signal_tx,
         signal_ids,
         signal_tasks: JoinSet::new(),
+        media_scope: TrustedScope::None,
+        media_dir,
+        downloader: None,
+        media_done: media_tx,
+        media_tasks: JoinSet::new(),
+        media_permits: Arc::new(Semaphore::new(MEDIA_CONCURRENCY)),
+        lanes: HashMap::new(),
+        lane_items: 0,
+        next_media_job: 0,
         exit_code: None,
     };
 
     let mut exit_reason = "stdin closed";
     loop {
         let deadline = driver.machine.next_deadline();
+        // Back-pressure: no new inbound events while too many wait in lanes.
+        let inbound_open = driver.lane_items < MAX_PENDING_INBOUND;
         let sleep = async move {
             match deadline {
                 Some(at) => {
@@ -273,7 +366,7 @@ where
                 Some(Line::TooLarge) => tracing::warn!("dropped a frame above the size limit"),
                 None => break,
             },
-            item = stream_item => match item {
+            item = stream_item, if inbound_open => match item {
                 Some(item) => driver.on_stream(item).await,
                 None => {
                     tracing::warn!("event stream ended");
@@ -284,6 +377,7 @@ where
                 driver.feed(Input::DeliveryOutcome { op, result }).await;
             }
             Some(consumed) = signal_rx.recv() => driver.on_signal(consumed).await,
+            Some(done) = media_rx.recv() => driver.on_media_done(done).await,
             () = tick(parent_check.as_mut()) => {
                 if let Some(pid) = driver.config.parent_pid.filter(|pid| !process_exists(*pid)) {
                     tracing::info!(pid, "parent process is gone");
@@ -302,6 +396,9 @@ where
     reader.abort();
     let exit_code = driver.exit_code.unwrap_or(0);
     driver.stop_signals();
+    // Nothing more reaches the shim; files a stopped task wrote are swept at
+    // the next start.
+    driver.media_tasks.abort_all();
     let Driver {
         out,
         jobs,
@@ -742,7 +839,49 @@ struct Driver {
     signal_ids: watch::Sender<Vec<String>>,
     /// The poll loop and doorbell consumes of the current connection.
     signal_tasks: JoinSet<()>,
+    /// The trusted scope of the connected adapter (runtime-control.md §8.1).
+    media_scope: TrustedScope,
+    /// `<CANON_HOME>/tmp`, absolute; `None` without a Canon home.
+    media_dir: Option<PathBuf>,
+    /// The guarded media downloader, built at the first connect.
+    downloader: Option<MediaDownloader>,
+    /// Where media tasks report finished messages.
+    media_done: mpsc::Sender<MediaDone>,
+    /// Media tasks in flight (aborted at exit).
+    media_tasks: JoinSet<()>,
+    /// Bounds the media tasks downloading at once.
+    media_permits: Arc<Semaphore>,
+    /// Conversation → inbound messages waiting for an earlier one's media.
+    lanes: HashMap<String, VecDeque<LaneItem>>,
+    /// Items in all lanes (bounded by [`MAX_PENDING_INBOUND`]).
+    lane_items: usize,
+    next_media_job: u64,
     exit_code: Option<i32>,
+}
+
+/// An inbound message in its conversation's lane.
+enum LaneItem {
+    /// Media job `n` is still materializing this message.
+    Pending(u64),
+    /// Ready; sent once everything before it in the lane was sent.
+    Ready(Box<InboundMessage>),
+}
+
+/// A media task's finished `inbound.message`.
+struct MediaDone {
+    conversation_id: String,
+    job: u64,
+    message: Box<InboundMessage>,
+}
+
+/// Aborts a task when dropped (the media work task, if its reporter is
+/// aborted at exit).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A runtime signal a signal task consumed from Canon.
@@ -954,7 +1093,9 @@ impl Driver {
                 self.respond(&id, re, Ok(body)).await;
             }
             ShimRequest::AdapterConnect(connect) => {
-                let result = self.connect(connect.seams.busy_handler).await;
+                let result = self
+                    .connect(connect.seams.busy_handler, &connect.config.extra.0)
+                    .await;
                 let body = protocol::ShimResponse::AdapterConnect(result).to_body();
                 self.respond(&id, re, Ok(body)).await;
             }
@@ -1260,7 +1401,7 @@ impl Driver {
         self.feed(input).await;
     }
 
-    async fn connect(&mut self, busy_handler: bool) -> ConnectResult {
+    async fn connect(&mut self, busy_handler: bool, extra: &Value) -> ConnectResult {
         let refuse = |code: &str, error: &TransportError, retryable: bool| ConnectResult {
             connected: false,
             agent_id: None,
@@ -1289,6 +1430,29 @@ impl Driver {
                 refuse("connect_failed", error, error.is_retryable())
             }
         };
+        // runtime-control.md §8.1: an invalid delivery setting refuses the
+        // adapter before anything else (0.14.1 raises in the constructor).
+        let settings = match MediaSettings::resolve(
+            self.config.inbound_image_delivery.as_deref(),
+            self.config.inbound_visual_media_delivery.as_deref(),
+            extra,
+        ) {
+            Ok(settings) => settings,
+            Err(error) => {
+                tracing::error!(%error, "inbound media delivery setting refused");
+                return ConnectResult {
+                    connected: false,
+                    agent_id: None,
+                    agent_name: None,
+                    fatal: Some(Fatal {
+                        code: INVALID_CONFIG_CODE.to_owned(),
+                        message: error.to_string(),
+                        retryable: false,
+                    }),
+                };
+            }
+        };
+        self.media_scope = settings.scope();
         if self.config.api_key.expose().is_empty() || self.config.base_url.is_empty() {
             return ConnectResult {
                 connected: false,
@@ -1331,6 +1495,15 @@ impl Driver {
             supports_interleave: busy_handler,
             ..TurnConfig::default()
         });
+        if self.downloader.is_none() {
+            self.downloader = Some(MediaDownloader::new(MediaOptions {
+                policy: AddressPolicy {
+                    allow_private: self.config.allow_private_urls,
+                    allow_loopback: false,
+                },
+                ..MediaOptions::default()
+            }));
+        }
         self.stream = Some(EventStream::open(&client, StreamConfig::default()));
         let status_client = client.clone();
         self.start_signals(client.clone());
@@ -1341,6 +1514,7 @@ impl Driver {
         });
         tracing::info!(
             agent_id = me.agent_id.as_deref().unwrap_or(""),
+            media_scope = ?self.media_scope,
             "adapter connected"
         );
         ConnectResult {
@@ -1456,6 +1630,7 @@ impl Driver {
                 disposition_queued,
             },
         );
+        let intent = wake.delivery_intent;
         let message = InboundMessage {
             event_ref,
             event: InboundEvent {
@@ -1482,8 +1657,133 @@ impl Driver {
                 internal: false,
             },
         };
-        self.send_request(DaemonRequest::InboundMessage(message))
-            .await;
+        let attachments = created
+            .message
+            .get("attachments")
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty())
+            .cloned();
+        match attachments {
+            Some(attachments) => self.spawn_media(
+                conversation_id,
+                message,
+                Value::Object(created.message),
+                attachments,
+                intent,
+            ),
+            None => self.enqueue_inbound(conversation_id, message).await,
+        }
+    }
+
+    /// Sends an `inbound.message` without media now, or behind the messages
+    /// of its conversation that are still materializing.
+    async fn enqueue_inbound(&mut self, conversation_id: String, message: InboundMessage) {
+        match self.lanes.get_mut(&conversation_id) {
+            Some(lane) => {
+                lane.push_back(LaneItem::Ready(Box::new(message)));
+                self.lane_items += 1;
+            }
+            None => {
+                self.send_request(DaemonRequest::InboundMessage(message))
+                    .await
+            }
+        }
+    }
+
+    /// Materializes a waking message's attachments on a task of its own
+    /// (runtime-control.md §8.2–§8.3); the message takes its place in the
+    /// conversation's lane now and is sent from [`Driver::on_media_done`].
+    fn spawn_media(
+        &mut self,
+        conversation_id: String,
+        message: InboundMessage,
+        source: Value,
+        attachments: Vec<Value>,
+        intent: DeliveryIntent,
+    ) {
+        self.next_media_job += 1;
+        let job = self.next_media_job;
+        self.lanes
+            .entry(conversation_id.clone())
+            .or_default()
+            .push_back(LaneItem::Pending(job));
+        self.lane_items += 1;
+        let scope = self.media_scope;
+        let downloader = self.downloader.clone();
+        let dir = self.media_dir.clone();
+        let permits = Arc::clone(&self.media_permits);
+        let done = self.media_done.clone();
+        // If the work task dies, the message still goes out: no media, and
+        // every attachment that needs it counted unavailable (fail closed).
+        let fallback = finish_inbound(
+            message.clone(),
+            &source,
+            scope,
+            Vec::new(),
+            media::all_unavailable(scope, &attachments),
+            intent,
+        );
+        while self.media_tasks.try_join_next().is_some() {}
+        self.media_tasks.spawn(async move {
+            let work = tokio::spawn(async move {
+                // A closed semaphore cannot happen (never closed); go on.
+                let _permit = permits.acquire_owned().await.ok();
+                let (listed, counts) =
+                    materialize(downloader.as_ref(), dir.as_deref(), scope, &attachments).await;
+                finish_inbound(message, &source, scope, listed, counts, intent)
+            });
+            let _abort = AbortOnDrop(work.abort_handle());
+            let message = match work.await {
+                Ok(message) => message,
+                Err(error) => {
+                    tracing::error!(%error, "inbound media task failed; sending without media");
+                    fallback
+                }
+            };
+            let _ = done
+                .send(MediaDone {
+                    conversation_id,
+                    job,
+                    message: Box::new(message),
+                })
+                .await;
+        });
+    }
+
+    /// A media task finished: its message becomes ready, and the front of
+    /// its lane is sent in order.
+    async fn on_media_done(&mut self, done: MediaDone) {
+        let MediaDone {
+            conversation_id,
+            job,
+            message,
+        } = done;
+        let slot = self.lanes.get_mut(&conversation_id).and_then(|lane| {
+            lane.iter_mut()
+                .find(|item| matches!(item, LaneItem::Pending(j) if *j == job))
+        });
+        let Some(slot) = slot else {
+            tracing::error!(conversation_id, job, "media result for no pending message");
+            debug_assert!(false, "media result for no pending message");
+            return;
+        };
+        *slot = LaneItem::Ready(message);
+        let mut ready = Vec::new();
+        if let Some(lane) = self.lanes.get_mut(&conversation_id) {
+            while matches!(lane.front(), Some(LaneItem::Ready(_))) {
+                if let Some(LaneItem::Ready(message)) = lane.pop_front() {
+                    ready.push(message);
+                }
+            }
+            if lane.is_empty() {
+                self.lanes.remove(&conversation_id);
+            }
+        }
+        self.lane_items = self.lane_items.saturating_sub(ready.len());
+        for message in ready {
+            self.send_request(DaemonRequest::InboundMessage(*message))
+                .await;
+        }
     }
 
     /// Sends a daemon-originated request (`d:<n>`); the shim's answer is
@@ -1766,6 +2066,195 @@ impl Driver {
     }
 }
 
+/// Downloads, classifies and hands off a message's attachments in array
+/// order (runtime-control.md §8.3): the listed media and the §8.5 counts.
+/// Nothing here fails the message: a failed attachment is skipped and
+/// counted unavailable when the scope says so.
+async fn materialize(
+    downloader: Option<&MediaDownloader>,
+    dir: Option<&Path>,
+    scope: TrustedScope,
+    attachments: &[Value],
+) -> (Vec<InboundMedia>, MediaCounts) {
+    // §8.3: without a live Canon client nothing is downloaded.
+    let Some(downloader) = downloader else {
+        tracing::warn!("inbound attachments skipped: no media downloader");
+        return (Vec::new(), media::all_unavailable(scope, attachments));
+    };
+    let mut listed = Vec::new();
+    let mut counts = MediaCounts::default();
+    for (index, attachment) in attachments.iter().enumerate() {
+        let failed = |counts: &mut MediaCounts| {
+            if media::requires_trusted_failure(scope, attachment) {
+                counts.unavailable += 1;
+            }
+        };
+        if index >= media::MAX_ATTACHMENTS_PER_MESSAGE {
+            tracing::warn!(index, "inbound attachment skipped: too many in one message");
+            failed(&mut counts);
+            continue;
+        }
+        let Some(url) = media::attachment_url(attachment).filter(|_| attachment.is_object()) else {
+            tracing::debug!(index, "inbound attachment skipped: no url");
+            failed(&mut counts);
+            continue;
+        };
+        let downloaded = match downloader.download(url).await {
+            Ok(downloaded) => downloaded,
+            Err(error) => {
+                // An HTTP failure is logged by status only: its body is the
+                // media server's, not ours to copy into logs.
+                let error = match error.status() {
+                    Some(status) => format!("HTTP {status}"),
+                    None => error.to_string(),
+                };
+                let url = safe_url(url);
+                tracing::warn!(index, %url, %error, "inbound attachment download failed");
+                failed(&mut counts);
+                continue;
+            }
+        };
+        let classified = media::classify(
+            scope,
+            attachment,
+            downloaded.content_type.as_deref(),
+            &downloaded.bytes,
+        );
+        if classified.hidden {
+            // Trusted-only: never written, never listed (§8.3 step 4).
+            tracing::debug!(index, ?scope, "inbound attachment hidden from the model");
+            counts.hidden += 1;
+            continue;
+        }
+        let Some(dir) = dir else {
+            tracing::warn!(
+                index,
+                "inbound attachment skipped: no CANON_HOME to hand it off in"
+            );
+            failed(&mut counts);
+            continue;
+        };
+        let name = media::disk_file_name(&format!("{:032x}", random_u128()), &classified.file_name);
+        let dir = dir.to_path_buf();
+        let bytes = downloaded.bytes;
+        let written =
+            tokio::task::spawn_blocking(move || write_handoff_file(&dir, &name, &bytes)).await;
+        match written {
+            Ok(Ok(path)) => listed.push(InboundMedia {
+                path,
+                mime_type: classified.mime_type,
+                kind: classified.kind,
+                file_name: Some(classified.file_name),
+            }),
+            Ok(Err(error)) => {
+                tracing::warn!(index, %error, "writing an inbound attachment failed");
+                failed(&mut counts);
+            }
+            Err(error) => {
+                tracing::warn!(index, %error, "writing an inbound attachment failed");
+                failed(&mut counts);
+            }
+        }
+    }
+    (listed, counts)
+}
+
+/// Completes an `inbound.message` after materialization: the §8.5 markers,
+/// the listed media, the `message_type` by media priority (canon-wire.md
+/// §7.3 step 4) and the §8.6 demotion of `interleave`.
+fn finish_inbound(
+    mut message: InboundMessage,
+    source: &Value,
+    scope: TrustedScope,
+    listed: Vec<InboundMedia>,
+    counts: MediaCounts,
+    intent: DeliveryIntent,
+) -> InboundMessage {
+    // No §8.4 capture registry: registration never stores anything, so
+    // nothing is available to trusted tools and every hidden attachment is
+    // reported as withheld (see `media::available_count`).
+    let available = media::available_count(counts.hidden, false, false);
+    message.event.text = media::final_text(&message.event.text, source, scope, counts, available);
+    if let Some(message_type) = media::message_type(listed.iter().map(|m| m.kind)) {
+        message.event.message_type = message_type.to_owned();
+    }
+    message.event.media = listed;
+    // §8.6 (canon-wire.md §5.4.2 step 10): a steer injects text only, so an
+    // `interleave` whose media were hidden becomes `queue`. 0.14.1 demotes
+    // when hidden media were *registered*; without a registry we demote
+    // whenever media were hidden, the conservative reading.
+    let intent = demote_for_hidden_media(intent, counts.hidden > 0);
+    message.event.metadata.delivery_intent = Some(intent.as_str().to_owned());
+    message
+}
+
+/// Writes one hand-off file (hermes-host.md Q8): the directory is created
+/// 0700 when missing, the file is new (`create_new`, never following or
+/// replacing anything) and 0600. Returns its path as a string; a partial
+/// file is removed.
+fn write_handoff_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<String> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let path = dir.join(name);
+    let Some(text) = path.to_str().map(str::to_owned) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "hand-off path is not UTF-8",
+        ));
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    let written = file
+        .set_permissions(std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| file.write_all(bytes))
+        .and_then(|()| file.flush());
+    if let Err(error) = written {
+        drop(file);
+        let _ = std::fs::remove_file(&path);
+        return Err(error);
+    }
+    Ok(text)
+}
+
+/// Deletes this daemon's hand-off files (named with
+/// [`media::DISK_NAME_PREFIX`]) older than [`HANDOFF_MAX_AGE`] in `dir`
+/// (hermes-host.md Q8); returns how many. Symlinks and directories are left
+/// alone; a missing directory is fine.
+fn sweep_handoff_dir(dir: &Path, now: SystemTime) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name
+            .to_str()
+            .is_some_and(|n| n.starts_with(media::DISK_NAME_PREFIX))
+        {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let stale = meta
+            .modified()
+            .ok()
+            .and_then(|modified| now.duration_since(modified).ok())
+            .is_some_and(|age| age > HANDOFF_MAX_AGE);
+        if meta.is_file() && stale && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 fn empty() -> Value {
     Value::Object(Map::new())
 }
@@ -1913,6 +2402,119 @@ mod tests {
         // Ids no process can have are not watched.
         assert!(process_exists(0));
         assert!(process_exists(u32::MAX));
+    }
+
+    #[test]
+    fn handoff_files_are_new_private_and_never_replace_anything() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().expect("temp dir");
+        let dir = home.path().join("tmp");
+        let path = write_handoff_file(&dir, "canon-inbound-1-a.png", b"\x89PNG").expect("written");
+        assert_eq!(std::fs::read(&path).expect("readable"), b"\x89PNG");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        assert_eq!(mode(Path::new(&path)), 0o600);
+        assert_eq!(mode(&dir), 0o700);
+        let again = write_handoff_file(&dir, "canon-inbound-1-a.png", b"other");
+        assert_eq!(
+            again.map_err(|e| e.kind()),
+            Err(io::ErrorKind::AlreadyExists)
+        );
+        assert_eq!(std::fs::read(&path).expect("readable"), b"\x89PNG");
+    }
+
+    #[test]
+    fn sweep_deletes_only_stale_handoff_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let touch = |name: &str, age: Duration| {
+            let path = dir.path().join(name);
+            let file = std::fs::File::create(&path).expect("created");
+            file.set_modified(SystemTime::now() - age)
+                .expect("mtime set");
+            path
+        };
+        let stale = touch("canon-inbound-1-a.png", Duration::from_secs(7_200));
+        let fresh = touch("canon-inbound-2-b.png", Duration::from_secs(60));
+        let foreign = touch("someone-else.png", Duration::from_secs(7_200));
+        let stale_dir = dir.path().join("canon-inbound-dir");
+        std::fs::create_dir(&stale_dir).expect("dir");
+        assert_eq!(sweep_handoff_dir(dir.path(), SystemTime::now()), 1);
+        assert!(!stale.exists());
+        assert!(fresh.exists() && foreign.exists() && stale_dir.exists());
+        assert_eq!(
+            sweep_handoff_dir(&dir.path().join("missing"), SystemTime::now()),
+            0
+        );
+    }
+
+    #[test]
+    fn finishing_a_message_applies_markers_type_and_demotion() {
+        let message = |text: &str| InboundMessage {
+            event_ref: "e:1".into(),
+            event: InboundEvent {
+                text: text.into(),
+                message_type: "text".into(),
+                source: EventSource {
+                    chat_id: "c".into(),
+                    chat_name: None,
+                    chat_type: "dm".into(),
+                    user_id: None,
+                    user_name: None,
+                    message_id: None,
+                    thread_id: None,
+                },
+                message_id: None,
+                reply_to_message_id: None,
+                media: Vec::new(),
+                channel_prompt: None,
+                channel_context: None,
+                metadata: InboundMetadata::default(),
+                raw: Opaque(Value::Null),
+                internal: false,
+            },
+        };
+        let pdf = InboundMedia {
+            path: "/tmp/x.pdf".into(),
+            mime_type: "application/pdf".into(),
+            kind: protocol::MediaKind::Document,
+            file_name: Some("x.pdf".into()),
+        };
+        let source = serde_json::json!({"contentType": "image"});
+        let hidden = MediaCounts {
+            hidden: 1,
+            unavailable: 0,
+        };
+        let done = finish_inbound(
+            message("[image attachment: a.png; file attachment: x.pdf]"),
+            &source,
+            TrustedScope::Image,
+            vec![pdf.clone()],
+            hidden,
+            DeliveryIntent::Interleave,
+        );
+        assert_eq!(
+            done.event.text,
+            "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+        );
+        assert_eq!(done.event.message_type, "document");
+        assert_eq!(done.event.media, vec![pdf]);
+        assert_eq!(
+            done.event.metadata.delivery_intent.as_deref(),
+            Some("queue")
+        );
+        let plain = finish_inbound(
+            message("hi"),
+            &serde_json::json!({"text": "hi"}),
+            TrustedScope::None,
+            Vec::new(),
+            MediaCounts::default(),
+            DeliveryIntent::Interleave,
+        );
+        assert_eq!(plain.event.text, "hi");
+        assert_eq!(plain.event.message_type, "text");
+        assert_eq!(
+            plain.event.metadata.delivery_intent.as_deref(),
+            Some("interleave")
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! Reads its configuration from the environment, installs the stderr log subscriber and runs
 //! `canon_adapter::driver` over stdin and stdout. The API key never reaches a log line.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use canon_adapter::driver::{self, ApiKey, DriverConfig};
@@ -34,9 +35,20 @@ fn signal_poll() -> Duration {
         .map_or(driver::SIGNAL_POLL, Duration::from_millis)
 }
 
+/// `CANON_HOME` (trimmed, `~` expanded) else `~/.canon` (cli.md §6), by the approvals store's
+/// rule; `None` when neither `CANON_HOME` nor `HOME` gives a directory.
+fn canon_home() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    driver::resolve_canon_home(std::env::var("CANON_HOME").ok().as_deref(), home.as_deref())
+}
+
 /// The driver configuration from `CANON_API_KEY`, `CANON_BASE_URL`, `CANON_STREAM_URL`
 /// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL`,
-/// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_HERMES_PARENT_PID` and `CANON_HERMES_SIGNAL_POLL_MS`.
+/// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_INBOUND_IMAGE_DELIVERY`,
+/// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (checked at `adapter.connect`, where they win over the
+/// platform extras), `CANON_HOME`, `CANON_HERMES_PARENT_PID` and `CANON_HERMES_SIGNAL_POLL_MS`.
 fn config_from_env() -> DriverConfig {
     let base_url = env("CANON_BASE_URL").unwrap_or_default();
     let stream_url = env("CANON_STREAM_URL").unwrap_or_else(|| base_url.clone());
@@ -48,6 +60,9 @@ fn config_from_env() -> DriverConfig {
         allow_private_urls: env("HERMES_ALLOW_PRIVATE_URLS").is_some_and(|v| {
             matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes")
         }),
+        inbound_image_delivery: env("CANON_INBOUND_IMAGE_DELIVERY"),
+        inbound_visual_media_delivery: env("CANON_INBOUND_VISUAL_MEDIA_DELIVERY"),
+        canon_home: canon_home(),
         home_channel: env("CANON_HOME_CHANNEL"),
         manifest_sha256: None,
         durable_backoff: None,

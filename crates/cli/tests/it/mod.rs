@@ -3,4 +3,5 @@
 mod card_validate;
 mod gateway_support;
 mod hermes_gateway;
+mod serve_media;
 mod serve_stdio;
