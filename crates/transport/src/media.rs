@@ -149,7 +149,8 @@ impl MediaDownloader {
         MediaDownloader { engine, options }
     }
 
-    /// Every address a TCP connect was attempted to (for tests and diagnostics).
+    /// The most recent addresses (at most 256) a TCP connect was attempted to,
+    /// oldest first (for tests and diagnostics).
     pub fn connect_attempts(&self) -> Vec<std::net::SocketAddr> {
         self.engine.connect_attempts()
     }

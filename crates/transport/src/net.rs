@@ -7,6 +7,7 @@
 //! connect. Every address a TCP connect is attempted to is recorded, which
 //! lets tests prove that a refused URL caused zero outbound connections.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -184,8 +185,12 @@ pub(crate) struct Connector {
     resolver: Arc<dyn Resolver>,
     policy: Option<AddressPolicy>,
     connect_timeout: Duration,
-    attempts: Arc<Mutex<Vec<SocketAddr>>>,
+    attempts: Arc<Mutex<VecDeque<SocketAddr>>>,
 }
+
+/// Connect attempts remembered for diagnostics: the most recent ones only, so
+/// a client that lives for months does not grow without bound.
+pub(crate) const MAX_RECORDED_ATTEMPTS: usize = 256;
 
 impl Connector {
     pub(crate) fn new(
@@ -197,13 +202,17 @@ impl Connector {
             resolver,
             policy,
             connect_timeout,
-            attempts: Arc::new(Mutex::new(Vec::new())),
+            attempts: Arc::new(Mutex::new(VecDeque::new())),
         }
     }
 
-    /// Every address a TCP connect was attempted to, in order.
+    /// The most recent [`MAX_RECORDED_ATTEMPTS`] addresses a TCP connect was
+    /// attempted to, oldest first.
     pub(crate) fn attempts(&self) -> Vec<SocketAddr> {
-        self.attempts.lock().map(|a| a.clone()).unwrap_or_default()
+        self.attempts
+            .lock()
+            .map(|a| a.iter().copied().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -264,7 +273,10 @@ impl Connector {
         let mut last: BoxError = "no address to connect to".into();
         for addr in addrs {
             if let Ok(mut attempts) = self.attempts.lock() {
-                attempts.push(addr);
+                if attempts.len() >= MAX_RECORDED_ATTEMPTS {
+                    attempts.pop_front();
+                }
+                attempts.push_back(addr);
             }
             match tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
@@ -375,5 +387,27 @@ mod tests {
         assert!(check_ip("::1".parse().unwrap(), policy).is_ok());
         assert!(check_ip("10.0.0.1".parse().unwrap(), policy).is_err());
         assert!(check_ip("169.254.169.254".parse().unwrap(), policy).is_err());
+    }
+}
+
+#[cfg(test)]
+mod attempt_log_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_attempt_log_keeps_only_the_most_recent_addresses() {
+        // A port nobody listens on: every connect is refused at once.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = closed.local_addr().expect("addr").port();
+        drop(closed);
+        let connector = Connector::new(Arc::new(SystemResolver), None, Duration::from_secs(2));
+        let total = MAX_RECORDED_ATTEMPTS + 40;
+        for _ in 0..total {
+            let uri: Uri = format!("http://127.0.0.1:{port}/").parse().expect("uri");
+            assert!(connector.clone().connect(uri).await.is_err());
+        }
+        let attempts = connector.attempts();
+        assert_eq!(attempts.len(), MAX_RECORDED_ATTEMPTS);
+        assert!(attempts.iter().all(|a| a.port() == port));
     }
 }
