@@ -20,6 +20,11 @@
 //!   the turn leaves its session (a new turn may open at once) and finishes
 //!   closing on its own: final delivery, 750 ms handoff, clear, closing
 //!   publish, then the answer to `turn.complete`.
+//! * `pre_tool_call` discards the candidate (§7.4), but Hermes' stream
+//!   consumer closes the pre-tool message on its next tick, usually after
+//!   the hook. Until the next previewing `send` (a new segment always starts
+//!   with one), edits of that message revise the sealed speech block and
+//!   never re-enter the answer.
 //! * Durable operations go through the per-turn ledger (§4.4): ordinals,
 //!   deterministic ids, reuse of an unsettled plan with identical texts, and
 //!   release only when nothing can have been stored.
@@ -247,6 +252,13 @@ struct Turn {
     /// Loose turns: clear `/streaming` at this time (after a finalize).
     clear_at: Option<u64>,
     closing: Option<Closing>,
+    /// Set by `pre_tool_call`, cleared by the next previewing `send`: until
+    /// then the host's stream consumer is still closing the message it had
+    /// open before the tool (its segment-break finalize runs on the
+    /// consumer's next tick, usually after the hook; a new segment always
+    /// starts with a `send`). That late text is pre-tool speech: it revises
+    /// the sealed speech block and never re-enters the candidate (§7.4).
+    closing_pre_tool_segment: bool,
 }
 
 /// Who is waiting for an operation's result.
@@ -619,6 +631,25 @@ impl TurnMachine {
         let config = self.config;
         if let Some(turn) = self.open_turn_mut(send.session_key.as_deref(), &send.conversation_id) {
             let turn_id = turn.id.clone();
+            let previewing = notify || expect_edits;
+            if notify
+                && expect_edits
+                && turn.closing_pre_tool_segment
+                && turn.activity.running_tools() > 0
+            {
+                // The pre-tool text was never previewed and arrives as the
+                // consumer's segment-break send (a first send that is already
+                // final): post-tool text cannot exist while the tool runs.
+                turn.revise_pre_tool_speech(&send.content, out);
+                out.push(reply(
+                    send.request,
+                    HostReply::Send(SendOutcome::Preview { turn_id }),
+                ));
+                return;
+            }
+            if previewing {
+                turn.closing_pre_tool_segment = false;
+            }
             let outcome = if notify {
                 turn.stage(
                     &send.content,
@@ -712,8 +743,14 @@ impl TurnMachine {
         let config = self.config;
         if let Some(turn) = self.open_turn_mut(edit.session_key.as_deref(), &edit.conversation_id) {
             let turn_id = turn.id.clone();
-            turn.stage(&edit.content, edit.finalize, false, None, &edit.metadata);
-            turn.stream_and_publish(config, now, out);
+            if turn.closing_pre_tool_segment {
+                // An edit targets the consumer's current message, which is
+                // still the pre-tool one.
+                turn.revise_pre_tool_speech(&edit.content, out);
+            } else {
+                turn.stage(&edit.content, edit.finalize, false, None, &edit.metadata);
+                turn.stream_and_publish(config, now, out);
+            }
             out.push(reply(
                 edit.request,
                 HostReply::Send(SendOutcome::Preview { turn_id }),
@@ -883,6 +920,7 @@ impl TurnMachine {
             } => {
                 turn.activity.close_text_segment();
                 turn.candidate = None;
+                turn.closing_pre_tool_segment = true;
                 turn.activity.tool_started(
                     tool_call_id.as_deref(),
                     tool_name.as_deref(),
@@ -1342,6 +1380,7 @@ impl Turn {
             tool_write_pending: false,
             clear_at: None,
             closing: None,
+            closing_pre_tool_segment: false,
         }
     }
 
@@ -1456,6 +1495,26 @@ impl Turn {
             }));
         }
         self.publish(TurnState::Streaming, None, config, now, out);
+    }
+
+    /// The late close of the speech a tool call sealed: the sealed block
+    /// takes the text and, when verbose, the live blocks are rewritten. No
+    /// state is published: the turn is still in its tool phase.
+    fn revise_pre_tool_speech(&mut self, content: &str, out: &mut Vec<Effect>) {
+        self.activity.revise_sealed_speech(content);
+        if self.verbosity == Verbosity::Verbose {
+            let text = self
+                .candidate
+                .as_ref()
+                .map(Candidate::durable_text)
+                .unwrap_or_default();
+            out.push(Effect::Streaming(StreamingWrite::Set {
+                conversation_id: self.conversation_id.clone(),
+                turn_id: self.id.clone(),
+                text: Some(text),
+                blocks: self.live_blocks(),
+            }));
+        }
     }
 
     fn live_blocks(&self) -> Option<Vec<Value>> {

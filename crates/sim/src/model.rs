@@ -4,7 +4,8 @@
 //!
 //! A script is a list of rules matched against the **last** message of a request (first match
 //! wins). A reply is text (sent as content deltas), a tool call, or an echo of the tool result
-//! the last message carries. The session-title call (a system prompt starting
+//! the last message carries. A tool call with `text` (or `deltas`) streams that speech before
+//! the call, as a model that talks and then uses a tool does. The session-title call (a system prompt starting
 //! `Generate a short, descriptive title`) is matched by `titleRequest`.
 //!
 //! ```json
@@ -74,7 +75,7 @@ pub struct ScriptReply {
     pub text: Option<String>,
     /// Explicit content deltas (instead of splitting `text` into words).
     pub deltas: Option<Vec<String>>,
-    /// Tool-call reply.
+    /// Tool-call reply (after the `text` or `deltas` speech, when given).
     pub tool_call: Option<ToolCall>,
     /// Reply with the last message's content (a tool result).
     pub echo_tool_result: bool,
@@ -167,6 +168,8 @@ pub enum Planned {
     Text(Vec<String>),
     /// One tool call: id, name, arguments JSON string.
     Tool(String, String, String),
+    /// Speech deltas, then one tool call (id, name, arguments JSON string).
+    SpeechThenTool(Vec<String>, String, String, String),
 }
 
 impl Script {
@@ -216,7 +219,15 @@ impl Script {
                 other => other.to_string(),
             };
             let id = call.id.clone().unwrap_or_else(|| format!("call_{n}"));
-            return Planned::Tool(id, call.name.clone(), args);
+            let speech = match (&reply.deltas, &reply.text) {
+                (Some(d), _) => d.clone(),
+                (None, Some(t)) => word_deltas(t),
+                (None, None) => Vec::new(),
+            };
+            if speech.concat().is_empty() {
+                return Planned::Tool(id, call.name.clone(), args);
+            }
+            return Planned::SpeechThenTool(speech, id, call.name.clone(), args);
         }
         if let Some(d) = &reply.deltas {
             return Planned::Text(d.clone());
@@ -226,20 +237,24 @@ impl Script {
         } else {
             reply.text.clone().unwrap_or_else(|| "OK".to_owned())
         };
-        // Split after each space so the deltas concatenate back to the text.
-        let mut deltas = Vec::new();
-        let mut current = String::new();
-        for c in full.chars() {
-            current.push(c);
-            if c == ' ' {
-                deltas.push(std::mem::take(&mut current));
-            }
-        }
-        if !current.is_empty() || deltas.is_empty() {
-            deltas.push(current);
-        }
-        Planned::Text(deltas)
+        Planned::Text(word_deltas(&full))
     }
+}
+
+/// Splits `full` after each space, so the deltas concatenate back to the text.
+fn word_deltas(full: &str) -> Vec<String> {
+    let mut deltas = Vec::new();
+    let mut current = String::new();
+    for c in full.chars() {
+        current.push(c);
+        if c == ' ' {
+            deltas.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() || deltas.is_empty() {
+        deltas.push(current);
+    }
+    deltas
 }
 
 #[derive(Debug)]
@@ -404,6 +419,11 @@ async fn serve(
                     {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}),
                 "tool_calls",
             ),
+            Planned::SpeechThenTool(speech, cid, name, args) => (
+                json!({"role": "assistant", "content": speech.concat(), "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}),
+                "tool_calls",
+            ),
         };
         return Ok(json_response(
             200,
@@ -423,6 +443,14 @@ async fn serve(
             "stop"
         }
         Planned::Tool(cid, name, args) => {
+            frames.push(chunk(&id, &model, json!({"tool_calls": [
+                {"index": 0, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}), None));
+            "tool_calls"
+        }
+        Planned::SpeechThenTool(speech, cid, name, args) => {
+            for d in speech {
+                frames.push(chunk(&id, &model, json!({"content": d}), None));
+            }
             frames.push(chunk(&id, &model, json!({"tool_calls": [
                 {"index": 0, "id": cid, "type": "function", "function": {"name": name, "arguments": args}}]}), None));
             "tool_calls"
@@ -472,6 +500,32 @@ mod tests {
         };
         assert_eq!(d.concat(), "one two  three");
         assert!(d.len() >= 3);
+    }
+
+    #[test]
+    fn a_tool_call_with_text_speaks_before_calling() {
+        let script = Script::parse(
+            r#"{"rules":[{"match":{},"reply":{"text":"Let me check. ","toolCall":{"name":"todo","arguments":{},"id":"c1"}}}]}"#,
+        )
+        .unwrap();
+        let planned = script.plan(&json!({"messages":[{"role":"user","content":"x"}]}), 1);
+        assert_eq!(
+            planned,
+            Planned::SpeechThenTool(
+                vec!["Let ".into(), "me ".into(), "check. ".into()],
+                "c1".into(),
+                "todo".into(),
+                "{}".into()
+            )
+        );
+        let bare = Script::parse(
+            r#"{"rules":[{"match":{},"reply":{"toolCall":{"name":"todo","arguments":{},"id":"c1"}}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            bare.plan(&json!({"messages":[{"role":"user","content":"x"}]}), 1),
+            Planned::Tool("c1".into(), "todo".into(), "{}".into())
+        );
     }
 
     #[test]

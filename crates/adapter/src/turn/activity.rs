@@ -39,6 +39,10 @@ pub(crate) struct Activity {
     speech_segments: u64,
     /// Index into `blocks` of the open speech segment.
     open_speech: Option<usize>,
+    /// Index into `blocks` of the speech segment sealed last (by a tool
+    /// call), which the host may still be closing (see
+    /// [`Activity::revise_sealed_speech`]).
+    sealed_speech: Option<usize>,
     /// Tool blocks started without a call id, by tool name (block id).
     open_by_name: Vec<(String, String)>,
 }
@@ -51,6 +55,7 @@ impl Activity {
             next_sequence: 1,
             speech_segments: 0,
             open_speech: None,
+            sealed_speech: None,
             open_by_name: Vec::new(),
         }
     }
@@ -65,6 +70,7 @@ impl Activity {
     pub(crate) fn consume(&mut self) {
         self.blocks.clear();
         self.open_speech = None;
+        self.sealed_speech = None;
         self.open_by_name.clear();
     }
 
@@ -117,6 +123,38 @@ impl Activity {
             if let Some(block) = self.blocks.get_mut(index) {
                 block.status = BlockStatus::Completed;
             }
+            self.sealed_speech = Some(index);
+        }
+    }
+
+    /// The host is still closing the speech segment a tool call sealed: its
+    /// stream consumer finalizes the pre-tool message on its next tick, which
+    /// usually comes after `pre_tool_call` (hermes-host.md §10). The text
+    /// replaces the sealed block's text (dropping the live cursor); with no
+    /// sealed block (nothing was previewed before the tool) it becomes a new
+    /// completed speech block. Either way it stays out of the answer.
+    pub(crate) fn revise_sealed_speech(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if let Some(block) = self.sealed_speech.and_then(|i| self.blocks.get_mut(i)) {
+            block.text = Some(text.to_owned());
+            block.status = BlockStatus::Completed;
+            return;
+        }
+        let id = format!("text:{}:{}", self.turn_id, self.speech_segments + 1);
+        if let Some(index) = self.insert(TrailBlock {
+            id,
+            turn_id: self.turn_id.clone(),
+            kind: BlockKind::Text,
+            status: BlockStatus::Completed,
+            sequence: 0,
+            title: None,
+            text: Some(text.to_owned()),
+            summary: None,
+        }) {
+            self.speech_segments += 1;
+            self.sealed_speech = Some(index);
         }
     }
 

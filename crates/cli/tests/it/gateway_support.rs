@@ -238,3 +238,133 @@ pub(crate) fn start_gateway_with(
     gateway.wait_ready();
     gateway
 }
+
+impl Gateway {
+    /// The gateway's combined stdout and stderr so far.
+    pub(crate) fn output(&self) -> String {
+        fs::read_to_string(self.home.path().join("gateway.out")).unwrap_or_default()
+    }
+
+    /// Waits until the gateway finished its startup restore (hermes-host.md §9.5): Hermes logs
+    /// `gateway.run: Press Ctrl+C to stop` (not the banner line) once it drained the messages queued during the restore. A message
+    /// injected earlier is processed twice (a no-op start/complete pair, then the real turn).
+    pub(crate) fn wait_settled(&mut self) {
+        let start = Instant::now();
+        while !self.output().contains("gateway.run: Press Ctrl+C to stop") {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the gateway exited early ({status})\n{}", self.log_tail());
+            }
+            assert!(
+                start.elapsed() < READY,
+                "the gateway did not finish its startup restore within {READY:?}\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Gateway {
+    /// Process ids of the gateway's `canon-hermes serve --stdio` children (from `/proc`).
+    pub(crate) fn daemon_pids(&self) -> Vec<u32> {
+        let parent = self.child.id();
+        let mut pids = Vec::new();
+        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // `pid (comm) state ppid …`: the fields after the last `)`.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if ppid == Some(parent) && cmdline.contains("serve --stdio") {
+                pids.push(pid);
+            }
+        }
+        pids.sort_unstable();
+        pids
+    }
+
+    /// `kill -9` every daemon child of this gateway (by pid); returns the pids killed.
+    pub(crate) fn kill_daemons(&self) -> Vec<u32> {
+        let pids = self.daemon_pids();
+        for pid in &pids {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        pids
+    }
+}
+
+/// Like [`start_gateway_with`], but runs `prepare` on the fresh `HERMES_HOME` (config and shim
+/// already written) before the gateway starts, e.g. to create a cron job with the real
+/// `hermes cron` CLI. Does not wait for the startup restore ([`Gateway::wait_settled`]).
+pub(crate) fn start_gateway_prepared(
+    sim: &SimHandle,
+    model: &ModelServer,
+    options: &GatewayOptions,
+    prepare: impl FnOnce(&Path),
+) -> Gateway {
+    let hermes = hermes_bin();
+    let home = tempfile::tempdir().expect("scratch dir");
+    let hermes_home = home.path().join("hermes");
+    write(
+        &hermes_home.join("config.yaml"),
+        &config_yaml(&model.base_url(), options),
+    );
+    install_shim(&hermes_home);
+    prepare(&hermes_home);
+    let out = fs::File::create(home.path().join("gateway.out")).expect("log file");
+    let child = Command::new(hermes)
+        .args(["gateway", "run", "-v"])
+        .current_dir(home.path())
+        .env("HERMES_HOME", &hermes_home)
+        .env("HOME", home.path())
+        .env("HERMES_DISABLE_LAZY_INSTALLS", "1")
+        .env("CANON_HERMES_BIN", env!("CARGO_BIN_EXE_canon-hermes"))
+        .env("CANON_API_KEY", sim.api_key())
+        .env("CANON_BASE_URL", sim.base_url())
+        .env("CANON_STREAM_URL", sim.stream_url())
+        .env_remove("CANON_ENVIRONMENT_ID")
+        .env_remove("CANON_HOME_CHANNEL")
+        .env_remove("HERMES_SAFE_MODE")
+        .env("RUST_LOG", "info")
+        .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("dup log"))
+        .stderr(out)
+        .spawn()
+        .expect("the Hermes gateway starts");
+    let mut gateway = Gateway { child, home };
+    gateway.wait_ready();
+    gateway
+}
+
+/// Runs the venv's `hermes` CLI with `args` against `hermes_home` (offline, like the gateway);
+/// returns its stdout, failing on a non-zero exit.
+pub(crate) fn hermes_cli(hermes_home: &Path, args: &[&str]) -> String {
+    let home = hermes_home.parent().expect("the scratch dir");
+    let out = Command::new(hermes_bin())
+        .args(args)
+        .current_dir(home)
+        .env("HERMES_HOME", hermes_home)
+        .env("HOME", home)
+        .env("HERMES_DISABLE_LAZY_INSTALLS", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the hermes CLI runs");
+    assert!(
+        out.status.success(),
+        "hermes {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
