@@ -756,11 +756,25 @@ async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
                 if let Some(id) = &part.message_id {
                     envelope.insert("idempotencyKey".into(), id.as_str().into());
                 }
+                // canon-wire.md §4.15 [target]: the server reads `replyTo`,
+                // `mentions` and `replyToPosition` only from the envelope.
+                if let Some(reply_to) = &part.reply_to {
+                    envelope.insert("replyTo".into(), reply_to.as_str().into());
+                }
+                let mut options = Map::new();
+                for (key, option) in &part.options {
+                    if matches!(key.as_str(), "mentions" | "replyToPosition") {
+                        envelope.insert(key.clone(), option.clone());
+                    } else {
+                        options.insert(key.clone(), option.clone());
+                    }
+                }
+                if !part.metadata.is_empty() {
+                    options.insert("metadata".into(), Value::Object(part.metadata.clone()));
+                }
                 let mut value = Map::new();
                 value.insert("text".into(), part.text.as_str().into());
-                if !part.metadata.is_empty() {
-                    let mut options = Map::new();
-                    options.insert("metadata".into(), Value::Object(part.metadata.clone()));
+                if !options.is_empty() {
                     value.insert("messageOptions".into(), Value::Object(options));
                 }
                 DurableRequest::verb("send_to", envelope, value)

@@ -28,6 +28,21 @@
 //! * Durable operations go through the per-turn ledger (§4.4): ordinals,
 //!   deterministic ids, reuse of an unsettled plan with identical texts, and
 //!   release only when nothing can have been stored.
+//! * A durable `send` that resolves to **no turn id** (§7.6 "any other
+//!   send … without a turn id": Hermes' in-process cron delivery,
+//!   `send_message` through the live adapter, ledger redelivery) follows
+//!   §4.6 exactly like `standalone.send`. Lead decision, replacing §7.6's
+//!   "no client id, conservative retries", which cannot retry a read
+//!   timeout safely: each invocation mints a fresh adapter-owned token
+//!   `standalone:<32 hex>` from the input's `random`, so its parts get
+//!   deterministic ids, `messageChunk.groupId` and the §3.6 leading-part
+//!   metadata; the final part is `turn_complete` with no `turnId` and no
+//!   trail; the Hermes metadata (cron's `job_id`) stays. The parts go
+//!   through `send_to` ([`Route::SendTo`]) with `idempotencyKey` = the part
+//!   id, so the transport retries them with the with-id policy (§4.5) and an
+//!   ambiguous failure replays the same ids: never a duplicate, never a loss.
+//!   Two invocations never share ids. Sends with a turn id (and `notify`
+//!   sends, which allocate one) keep the §4.4 ledger.
 //!
 //! # Recommended decisions applied
 //!
@@ -705,13 +720,16 @@ impl TurnMachine {
                 self.dispatch_reservation(reservation, send.request, turn_id, turn_message_id, out);
             }
             None => {
-                // No turn id: no client id, conservative retries (§4.5).
-                let delivery = build_delivery(&DeliverySpec {
+                // No turn id: a fresh standalone id group per invocation
+                // (turns.md §4.6; lead decision, see the module doc), sent
+                // through `send_to` and retried with the with-id policy.
+                let group = StandaloneGroup::new(&send.conversation_id, send.random);
+                let delivery = standalone_delivery(&DeliverySpec {
                     op,
-                    route: Route::Messages,
+                    route: Route::SendTo,
                     conversation_id: &send.conversation_id,
-                    turn_id: None,
-                    base_id: None,
+                    turn_id: Some(group.token()),
+                    base_id: Some(group.base_id()),
                     text: &send.content,
                     reply_to: send.reply_to.as_deref(),
                     metadata,
@@ -1175,7 +1193,7 @@ impl TurnMachine {
         };
         let group = StandaloneGroup::new(target, send.random);
         let op = self.allocate_op();
-        let delivery = build_delivery(&DeliverySpec {
+        let delivery = standalone_delivery(&DeliverySpec {
             op,
             route: Route::SendTo,
             conversation_id: target,
@@ -1187,11 +1205,6 @@ impl TurnMachine {
             options: Map::new(),
             reply_authority: None,
             trail: Vec::new(),
-        })
-        .map(|mut d| {
-            // The token is adapter-owned and never reaches the wire as a turn id.
-            d.turn_id = None;
-            d
         });
         match delivery {
             Some(delivery) => {
@@ -1753,6 +1766,17 @@ struct DeliverySpec<'a> {
     options: Map<String, Value>,
     reply_authority: Option<ReplyAuthority>,
     trail: Vec<TrailBlock>,
+}
+
+/// A delivery under a standalone id group (turns.md §4.6): `spec` names the
+/// group's token as its turn id and the group's base id, and uses
+/// [`Route::SendTo`]. The token only derives the ids: it never reaches the
+/// wire, so the parts carry no `turnId` and the delivery names no turn.
+fn standalone_delivery(spec: &DeliverySpec<'_>) -> Option<Delivery> {
+    build_delivery(spec).map(|mut delivery| {
+        delivery.turn_id = None;
+        delivery
+    })
 }
 
 /// Plans an answer with `canon_chunking` and turns it into owned messages.

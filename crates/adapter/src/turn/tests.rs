@@ -804,6 +804,197 @@ fn released_plan_keeps_its_ordinal_and_notify_sends_advance() {
     assert_eq!(ids(&third), vec![second_ordinal]);
 }
 
+/// A durable `send` with no session, no open turn and no `notify`: it
+/// resolves to no turn id (turns.md §7.6), as Hermes' in-process cron
+/// delivery does.
+fn turnless_send(request: u64, content: &str, metadata: Value, random: u128) -> Input {
+    Input::Send(HostSend {
+        request: RequestId(request),
+        session_key: None,
+        conversation_id: C1.to_owned(),
+        content: content.to_owned(),
+        reply_to: None,
+        metadata: meta(metadata),
+        random,
+    })
+}
+
+/// The one delivery among `effects`.
+fn only_delivery(effects: &[Effect]) -> Delivery {
+    match effects {
+        [Effect::Deliver(delivery)] => delivery.clone(),
+        _ => panic!("expected exactly one delivery: {effects:?}"),
+    }
+}
+
+fn compact(metadata: &Map<String, Value>) -> String {
+    Value::Object(metadata.clone()).to_string()
+}
+
+/// Lead decision on turns.md §7.6 vs §4.6: a send with no turn id gets the
+/// id group `standalone:<32 hex>` of its input's randomness, and its ids
+/// follow from that randomness alone.
+#[test]
+fn turnless_send_ids_derive_from_its_randomness() {
+    let random = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
+    let send = || turnless_send(1, "Nightly report: all is well.", Value::Null, random);
+    let first = only_delivery(&TurnMachine::new(TurnConfig::default()).handle(send(), 0));
+    let second = only_delivery(&TurnMachine::new(TurnConfig::default()).handle(send(), 5));
+    assert_eq!(first, second, "same randomness, same delivery");
+
+    let group = StandaloneGroup::new(C1, random);
+    assert_eq!(group.token(), "standalone:0123456789abcdef0123456789abcdef");
+    assert_eq!(
+        stable_final_message_id(C1, Some(group.token()), Ordinal::FIRST).as_deref(),
+        Some(group.base_id())
+    );
+    assert_eq!(first.route, Route::SendTo);
+    assert_eq!(first.conversation_id, C1);
+    assert_eq!(first.turn_id, None, "the token never reaches the wire");
+    assert_eq!(first.parts.len(), 1);
+    let part = &first.parts[0];
+    assert_eq!(part.message_id.as_deref(), Some(group.base_id()));
+    assert_eq!(
+        compact(&part.metadata),
+        r#"{"turnSemantics":"turn_complete","turnComplete":true}"#
+    );
+    assert_eq!(part.reply_authority, None);
+}
+
+/// Every invocation mints a fresh group: two sends of the same text never
+/// share an id, while a send with a turn id keeps the ledger's ids.
+#[test]
+fn turnless_sends_never_share_ids() {
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    let text = "word ".repeat(1_600);
+    let ids = |delivery: &Delivery| -> Vec<String> {
+        delivery
+            .parts
+            .iter()
+            .map(|p| p.message_id.clone().expect("every part has an id"))
+            .collect()
+    };
+    let first = only_delivery(&machine.handle(turnless_send(1, &text, Value::Null, 1), 0));
+    let second = only_delivery(&machine.handle(turnless_send(2, &text, Value::Null, 2), 1));
+    assert_eq!(first.parts.len(), 3);
+    assert_eq!(second.parts.len(), 3);
+    let (first_ids, second_ids) = (ids(&first), ids(&second));
+    assert!(
+        first_ids.iter().all(|id| !second_ids.contains(id)),
+        "{first_ids:?} vs {second_ids:?}"
+    );
+    let group_id = |d: &Delivery| d.parts[0].metadata["messageChunk"]["groupId"].clone();
+    assert_ne!(group_id(&first), group_id(&second));
+    // The same randomness again (which the driver never supplies) would
+    // replay the first group: the ids depend on nothing else.
+    let again = only_delivery(&machine.handle(turnless_send(3, &text, Value::Null, 1), 2));
+    assert_eq!(ids(&again), first_ids);
+    check_steps(
+        &mut machine,
+        vec![
+            (3, delivered(1), &["reply r1 delivered canon-msg-1"]),
+            (
+                4,
+                failed(2, FailureClass::Ambiguous),
+                &["reply r2 failed \"Canon request timed out\" retryable=false"],
+            ),
+        ],
+    );
+    // Nothing is kept for a turn-less send: no session, no pending plan.
+    assert!(machine.sessions.is_empty());
+}
+
+/// turns.md §3.6 and §4.6: a 10 KB turn-less send splits into parts of at
+/// most 3,800 bytes with ids `base-part-i`, leading parts `progress` with
+/// `suppress_auto_reply`, one `turn_complete` final, `messageChunk` with the
+/// group id on every part, and no `turnId` or trail.
+#[test]
+fn turnless_ten_kilobyte_send_is_one_chunked_group() {
+    let text: String = (0..200)
+        .map(|i| format!("Cron line {i:03}: the nightly report says all is well.\n"))
+        .collect();
+    assert!(text.len() > 10_000);
+    let random = 42;
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    let effects = machine.handle(turnless_send(1, &text, Value::Null, random), 0);
+    assert_eq!(
+        effects.iter().map(describe).collect::<Vec<_>>(),
+        ["deliver op1 send_to conv-1 [part-1 progress 3795B, part-2 progress 3795B, part-3 turn_complete 2808B]"]
+    );
+    let delivery = only_delivery(&effects);
+    let base = StandaloneGroup::new(C1, random).base_id().to_owned();
+    let count = delivery.parts.len();
+    for (i, part) in delivery.parts.iter().enumerate() {
+        let index = i + 1;
+        assert!(part.text.len() <= 3_800, "part {index}");
+        assert_eq!(
+            part.message_id.as_deref(),
+            Some(format!("{base}-part-{index}").as_str())
+        );
+        let chunk = format!(
+            r#""messageChunk":{{"type":"text","index":{index},"count":{count},"groupId":"{base}"}}"#
+        );
+        let expected = if index < count {
+            format!(
+                r#"{{"turnSemantics":"progress","replyBehavior":"suppress_auto_reply",{chunk}}}"#
+            )
+        } else {
+            format!(r#"{{"turnSemantics":"turn_complete","turnComplete":true,{chunk}}}"#)
+        };
+        assert_eq!(compact(&part.metadata), expected, "part {index}");
+    }
+    let texts: Vec<&str> = delivery.parts.iter().map(|p| p.text.as_str()).collect();
+    assert_eq!(texts.join("\n"), text, "each line cut consumes one newline");
+}
+
+/// The Hermes metadata of a turn-less send stays on every part (cron's
+/// `job_id` under `metadata.hermes`, or a `canon_metadata` bag); `replyTo`
+/// rides on every part, content options on the final part only.
+#[test]
+fn turnless_send_keeps_the_hermes_metadata() {
+    let text = "word ".repeat(1_000);
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    let cron = only_delivery(&machine.handle(
+        turnless_send(1, &text, json!({"job_id": "job-7", "nested": {"a": 1}}), 3),
+        0,
+    ));
+    assert_eq!(cron.parts.len(), 2);
+    let base = StandaloneGroup::new(C1, 3).base_id().to_owned();
+    assert_eq!(
+        compact(&cron.parts[0].metadata),
+        format!(
+            r#"{{"hermes":{{"job_id":"job-7"}},"turnSemantics":"progress","replyBehavior":"suppress_auto_reply","messageChunk":{{"type":"text","index":1,"count":2,"groupId":"{base}"}}}}"#
+        )
+    );
+    assert_eq!(
+        compact(&cron.parts[1].metadata),
+        format!(
+            r#"{{"hermes":{{"job_id":"job-7"}},"turnSemantics":"turn_complete","turnComplete":true,"messageChunk":{{"type":"text","index":2,"count":2,"groupId":"{base}"}}}}"#
+        )
+    );
+
+    let mut send = turnless_send(
+        2,
+        "Done.",
+        json!({
+            "canon_metadata": {"source": "cron", "turnTrail": [], "messageChunk": {}},
+            "canon_options": {"mentions": ["u1"], "contentType": "x"},
+        }),
+        4,
+    );
+    if let Input::Send(host) = &mut send {
+        host.reply_to = Some("m9".to_owned());
+    }
+    let bagged = only_delivery(&machine.handle(send, 1));
+    let part = &bagged.parts[0];
+    assert_eq!(
+        compact(&part.metadata),
+        r#"{"source":"cron","turnSemantics":"turn_complete","turnComplete":true}"#
+    );
+    assert_eq!(part.reply_to.as_deref(), Some("m9"));
+    assert_eq!(compact(&part.options), r#"{"mentions":["u1"]}"#);
+}
+
 fn check_steps(machine: &mut TurnMachine, steps: Vec<Step>) {
     for (index, (now, input, expected)) in steps.into_iter().enumerate() {
         let shown = format!("{input:?}");
@@ -1128,11 +1319,12 @@ fn concurrent_group_turns_are_keyed_by_session() {
             &["turn streaming T2 q=0", "reply r3 preview T2"],
         ),
         // No session and two open turns: treated as turn-less (§7.6), so
-        // a plain send is durable immediately without an id.
+        // a plain send is durable immediately under its own standalone id
+        // group (§4.6).
         (
             3,
             send_with(4, None, "Who?", Value::Null),
-            &["deliver op1 messages conv-1 [none turn_complete \"Who?\"]"],
+            &["deliver op1 send_to conv-1 [base turn_complete \"Who?\"]"],
         ),
         (4, delivered(1), &["reply r4 delivered canon-msg-1"]),
     ]);
@@ -1236,7 +1428,7 @@ fn disconnect_drops_everything() {
             "deliver op1 messages conv-1 [base turn_complete \"Bye\" trail=[text:T1:1:completed]]",
         ]),
         (3, send_with(4, Some("other"), "cron", Value::Null), &[
-            "deliver op2 messages conv-1 [none turn_complete \"cron\"]",
+            "deliver op2 send_to conv-1 [base turn_complete \"cron\"]",
         ]),
         (4, Input::Disconnect, &[
             "reply r3 done",
@@ -1400,12 +1592,17 @@ fn to_input(op: &Op, request: u64, ops: &[OpId], now: u64) -> Input {
                 2 => json!({"notify": true, "expect_edits": true}),
                 _ => Value::Null,
             };
-            send_with(
+            let mut send = send_with(
                 request,
                 session.map(session_name).as_deref(),
                 &text(*big),
                 metadata,
-            )
+            );
+            // Fresh randomness per call, as the driver guarantees.
+            if let Input::Send(host) = &mut send {
+                host.random |= u128::from(request) << 64;
+            }
+            send
         }
         Op::Edit { session, finalize } => edit_with(
             request,
@@ -1500,8 +1697,9 @@ proptest! {
 
     /// For any input sequence the machine never panics, every lifecycle
     /// turn has at most one distinct `turn_complete` final (by message id)
-    /// and at most one closing publish, and every host request is answered
-    /// at most once.
+    /// and at most one closing publish, every host request is answered at
+    /// most once, and deliveries that name no turn (standalone and turn-less
+    /// sends, turns.md §4.6) never share a message id.
     #[test]
     fn at_most_one_turn_complete_per_turn(ops in proptest::collection::vec(op_strategy(), 1..60)) {
         let mut machine = TurnMachine::new(TurnConfig::default());
@@ -1511,6 +1709,7 @@ proptest! {
         let mut finals: BTreeMap<String, BTreeSet<Option<String>>> = BTreeMap::new();
         let mut closes: BTreeMap<String, usize> = BTreeMap::new();
         let mut replies: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut standalone_ids: BTreeSet<String> = BTreeSet::new();
         for (index, op) in ops.iter().enumerate() {
             if let Op::Tick { advance } = op {
                 now += advance;
@@ -1533,6 +1732,12 @@ proptest! {
                         prop_assert_eq!(&last.metadata["turnSemantics"], "turn_complete");
                         if let Some(turn) = d.turn_id.clone() {
                             finals.entry(turn).or_default().insert(last.message_id.clone());
+                        } else {
+                            prop_assert_eq!(d.route, Route::SendTo);
+                            for part in &d.parts {
+                                let id = part.message_id.clone().expect("a part id");
+                                prop_assert!(standalone_ids.insert(id.clone()), "id {} reused", id);
+                            }
                         }
                     }
                     Effect::Reply { request, .. } => *replies.entry(request.0).or_default() += 1,

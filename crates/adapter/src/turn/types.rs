@@ -153,8 +153,10 @@ pub struct ReplyAuthority {
 pub enum Route {
     /// `POST /messages/send`, one request per part.
     Messages,
-    /// `POST /agent/verbs/send_to` (standalone, turns.md §4.6), one request
-    /// per part with `idempotencyKey` = the part's message id.
+    /// `POST /agent/verbs/send_to` (turns.md §4.6: `standalone.send` and a
+    /// durable `send` with no turn id), one request per part with
+    /// `idempotencyKey` = the part's message id; `replyTo`, `mentions` and
+    /// `replyToPosition` ride in the envelope (canon-wire.md §4.15 [target]).
     SendTo,
 }
 
@@ -189,7 +191,8 @@ pub struct Delivery {
     pub route: Route,
     /// The conversation.
     pub conversation_id: String,
-    /// The turn id or standalone token the ids derive from, if any.
+    /// The turn id the ids derive from; `None` for a standalone id group
+    /// (turns.md §4.6), whose token never leaves the machine.
     pub turn_id: Option<String>,
     /// Leading parts, then the one `turn_complete` final part.
     pub parts: Vec<OutboundMessage>,
@@ -428,7 +431,10 @@ pub struct HostSend {
     /// The Hermes metadata (markers `expect_edits`, `notify`, and the
     /// optional `canon_options` / `canon_metadata` objects).
     pub metadata: Map<String, Value>,
-    /// Fresh randomness in case a turn id must be allocated.
+    /// Fresh randomness in case a turn id must be allocated, or, for a
+    /// durable send with no turn id, for its standalone id group (turns.md
+    /// §4.6). The driver draws a new value for every call, so two sends
+    /// never share ids.
     pub random: u128,
 }
 

@@ -11,7 +11,7 @@
 //! | 20 KB answer: ordered parts, one `turn_complete` | canon-wire.md §8.4, turns.md §3–4 |
 //! | another agent's progress part: no wake, background next turn | turns.md §9.2–9.3 |
 //! | ambiguous failure of the final: replay under the same id | turns.md §4.4, §4.7 |
-//! | cron job to the home channel, untruncated parts | hermes-host.md §15, turns.md §7.6 |
+//! | cron job to the home channel: untruncated parts, one standalone id group via `send_to` | hermes-host.md §15, turns.md §4.6 |
 
 use std::path::Path;
 use std::process::Command;
@@ -1003,18 +1003,31 @@ async fn real_gateway_cron_job_delivers_to_the_home_channel() {
         joined == delivered,
         "the parts concatenate to the whole cron output, untruncated"
     );
+    // Outside any turn the send resolves to no turn id (turns.md §7.6), so it is one
+    // standalone id group (§4.6, lead decision): part ids `<base>-part-i`, `groupId` = the
+    // base, no turn id, no trail, the cron job id kept in `metadata.hermes`.
+    let base = parts[0].1["metadata"]["messageChunk"]["groupId"]
+        .as_str()
+        .unwrap_or_else(|| sc.fail("the first part names its group"))
+        .to_owned();
+    assert!(
+        base.len() == 45 && base.starts_with("hermes-final-"),
+        "{base}"
+    );
     for (i, (client_id, part)) in parts.iter().enumerate() {
         let index = i + 1;
         let metadata = &part["metadata"];
-        // Outside any turn (turns.md §7.6): no turn id, no trail, no client id (so no
-        // `groupId`), conservative retries.
-        assert_eq!(client_id, &None, "part {index}");
+        assert_eq!(
+            client_id.as_deref(),
+            Some(format!("{base}-part-{index}").as_str()),
+            "part {index}"
+        );
         assert!(metadata.get("turnId").is_none(), "{metadata:#}");
         assert!(metadata.get("turnTrail").is_none(), "{metadata:#}");
         assert_eq!(metadata["hermes"], json!({"job_id": job}));
         assert_eq!(
             metadata["messageChunk"],
-            json!({"type": "text", "index": index, "count": count})
+            json!({"type": "text", "index": index, "count": count, "groupId": base})
         );
         assert!(part["text"].as_str().is_some_and(|t| t.len() <= 3_800));
         if index < count {
@@ -1029,9 +1042,18 @@ async fn real_gateway_cron_job_delivers_to_the_home_channel() {
     assert!(sc.turn_history(HOME_CHANNEL).is_empty());
     assert!(sc.streaming_history(HOME_CHANNEL).is_empty());
     assert!(sc.agent_messages(DEFAULT_CONVERSATION).is_empty());
-    let sends = sc.sim.journal(0, Some("/messages/send"));
+    assert!(sc.sim.journal(0, Some("/messages/send")).is_empty());
+    // One `send_to` per part, in order, each keyed by its part id; no retries.
+    let sends = sc.sim.journal(0, Some("/agent/verbs/send_to"));
     assert_eq!(sends.len(), count, "one request per part, no retries");
-    assert!(sends.iter().all(|e| e.status == 200));
+    for (send, (client_id, _)) in sends.iter().zip(&parts) {
+        assert_eq!(send.status, 200);
+        assert_eq!(send.principal.as_deref(), Some(DEFAULT_AGENT));
+        assert_eq!(
+            send.body["envelope"],
+            json!({"conversationId": HOME_CHANNEL, "idempotencyKey": client_id})
+        );
+    }
 }
 
 /// Runs `code` in the venv's Python with the shim loaded as module `shim`; returns stdout.
