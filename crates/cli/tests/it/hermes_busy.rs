@@ -1,0 +1,554 @@
+//! Busy-input and recovery scenarios with a real Hermes gateway (hermes-host.md §12, §19.10).
+//!
+//! Each scenario drives one slow turn (the scripted model streams `SLOW_ANSWER` one word per
+//! `SLOW_DELAY_MS`), acts while it streams, and asserts the simulator's Canon writes: the
+//! agent's `turn_complete` messages (text and `turnId`) and the `/runtime/turn` states.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use canon_sim::config::SimConfig;
+use canon_sim::control::{Injection, Signal};
+use canon_sim::model::{ModelServer, Script};
+use canon_sim::state::State;
+use canon_sim::{Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
+use serde_json::{json, Value};
+
+use super::gateway_support::{start_gateway_with, Gateway, GatewayOptions, TURN};
+
+const SLOW_PROMPT: &str = "SLOW please take your time";
+const SLOW_ANSWER: &str = "Slowly streamed answer one two three four five six seven eight nine \
+     ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty.";
+const SLOW_DELAY_MS: u64 = 250;
+const FOLLOW_UP: &str = "FOLLOWUP what else";
+const FOLLOW_UP_ANSWER: &str = "Answer to the follow-up.";
+const PLAIN_ANSWER: &str = "Plain answer.";
+/// How long to keep watching for a duplicate after the expected writes arrived.
+const SETTLE: Duration = Duration::from_secs(2);
+
+fn script() -> Script {
+    Script::parse(
+        &json!({"model": "fake-model", "rules": [
+            {"match": {"titleRequest": true}, "reply": {"text": "Scripted session"}},
+            {"match": {"role": "user", "contains": "SLOW"},
+             "reply": {"text": SLOW_ANSWER, "delayMs": SLOW_DELAY_MS}},
+            {"match": {"role": "user", "contains": "FOLLOWUP"},
+             "reply": {"text": FOLLOW_UP_ANSWER}},
+            {"match": {}, "reply": {"text": PLAIN_ANSWER}},
+        ]})
+        .to_string(),
+    )
+    .expect("script")
+}
+
+struct Scenario {
+    sim: SimHandle,
+    _model: ModelServer,
+    gateway: Gateway,
+}
+
+async fn start(busy_input_mode: &'static str) -> Scenario {
+    let sim = Sim::start(SimConfig::for_tests())
+        .await
+        .expect("the simulator starts");
+    let model = ModelServer::start(script(), 0)
+        .await
+        .expect("the model server starts");
+    let options = GatewayOptions {
+        busy_input_mode,
+        ..GatewayOptions::default()
+    };
+    let gateway = tokio::task::block_in_place(|| start_gateway_with(&sim, &model, &options));
+    let scenario = Scenario {
+        sim,
+        _model: model,
+        gateway,
+    };
+    scenario
+        .wait("stream open", |s| !s.open_streams.is_empty())
+        .await;
+    scenario
+}
+
+impl Scenario {
+    async fn wait(&self, what: &str, f: impl Fn(&State) -> bool) {
+        if let Err(e) = self.sim.wait_for(what, TURN, f).await {
+            panic!("{e}\n{}", self.dump());
+        }
+    }
+
+    fn dump(&self) -> String {
+        let state = self.sim.state();
+        format!(
+            "sim messages: {}\nturn states: {:?}\n{}",
+            state["messages"],
+            turn_states(&self.sim),
+            self.gateway.log_tail()
+        )
+    }
+
+    fn say(&self, text: &str, intent: Option<&str>) -> String {
+        let message = self
+            .sim
+            .inject_message(&Injection {
+                text: Some(text.into()),
+                metadata: intent.map(|i| json!({"deliveryIntent": i})),
+                ..Injection::default()
+            })
+            .expect("inject");
+        message["id"].as_str().expect("message id").to_owned()
+    }
+
+    /// Sends the slow prompt and waits until its answer is streaming into Canon.
+    async fn start_slow_turn(&self) -> String {
+        let id = self.say(SLOW_PROMPT, None);
+        self.wait_streamed("Slowly").await;
+        id
+    }
+
+    /// Waits until the streaming node carried `word`.
+    async fn wait_streamed(&self, word: &str) {
+        self.wait(&format!("{word:?} streamed"), |s| {
+            s.streaming_history.iter().any(|r| {
+                r["conversationId"] == DEFAULT_CONVERSATION
+                    && r["text"].as_str().is_some_and(|t| t.contains(word))
+            })
+        })
+        .await;
+    }
+
+    /// Polls `/proc` (nothing in the sim reflects it) until the gateway has one daemon child
+    /// that is not in `old`.
+    async fn next_daemon(&self, old: &[u32]) -> u32 {
+        let deadline = std::time::Instant::now() + TURN;
+        loop {
+            let pids = self.gateway.daemon_pids();
+            if let [pid] = pids[..] {
+                if !old.contains(&pid) {
+                    return pid;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no new daemon child (old {old:?}, now {pids:?})\n{}",
+                self.dump()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for `n` turn_complete messages, then for every turn to publish a closing state,
+    /// then `SETTLE` more for duplicates.
+    async fn settle_with_finals(&self, n: usize) -> Vec<(String, String)> {
+        self.wait(&format!("{n} turn_complete message(s)"), |s| {
+            finals_in(s).len() >= n
+        })
+        .await;
+        self.wait("every turn closed", |s| {
+            turn_states_in(s)
+                .values()
+                .all(|states| states.iter().any(|st| is_closing(st)))
+        })
+        .await;
+        tokio::time::sleep(SETTLE).await;
+        self.sim.read_state(finals_in)
+    }
+}
+
+fn is_closing(state: &str) -> bool {
+    state == "completed" || state == "interrupted"
+}
+
+/// The agent's `turn_complete` messages in the direct conversation: (turnId, text).
+fn finals_in(s: &State) -> Vec<(String, String)> {
+    s.messages
+        .iter()
+        .filter(|m| m.conversation_id == DEFAULT_CONVERSATION)
+        .filter(|m| m.message["senderId"] == DEFAULT_AGENT)
+        .filter(|m| m.message["metadata"]["turnSemantics"] == "turn_complete")
+        .map(|m| {
+            (
+                m.message["metadata"]["turnId"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                m.message["text"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Published `/runtime/turn` states per turn id, in order.
+fn turn_states_in(s: &State) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in &s.turn_history {
+        if r["conversationId"] != DEFAULT_CONVERSATION || r["agent"] != DEFAULT_AGENT {
+            continue;
+        }
+        let id = r["turnId"].as_str().unwrap_or_default().to_owned();
+        let state = r["state"].as_str().unwrap_or_default().to_owned();
+        out.entry(id).or_default().push(state);
+    }
+    out
+}
+
+fn turn_states(sim: &SimHandle) -> BTreeMap<String, Vec<String>> {
+    sim.read_state(turn_states_in)
+}
+
+/// The last published state of `turn_id`.
+fn last_state(sim: &SimHandle, turn_id: &str) -> Option<String> {
+    turn_states(sim).get(turn_id)?.last().cloned()
+}
+
+/// The last turn id whose state listed `message_id` as active (a message replayed by Hermes'
+/// startup restore opens a turn twice, hermes-host.md §9.5).
+fn turn_of(sim: &SimHandle, message_id: &str) -> Option<String> {
+    sim.read_state(|s| {
+        s.turn_history
+            .iter()
+            .filter(|r| r["conversationId"] == DEFAULT_CONVERSATION)
+            .rfind(|r| {
+                r["activeMessageIds"]
+                    .as_array()
+                    .is_some_and(|ids| ids.iter().any(|i| i == message_id))
+            })
+            .and_then(|r| r["turnId"].as_str().map(str::to_owned))
+    })
+}
+
+fn stored_message(sim: &SimHandle, message_id: &str) -> Value {
+    sim.read_state(|s| {
+        s.messages
+            .iter()
+            .find(|m| m.message["id"] == message_id)
+            .map(|m| m.message.clone())
+            .unwrap_or(Value::Null)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_follow_up_is_its_own_canon_turn() {
+    let sc = start("queue").await;
+    let first = sc.start_slow_turn().await;
+    let second = sc.say(FOLLOW_UP, None);
+    let finals = sc.settle_with_finals(2).await;
+    let dump = sc.dump();
+
+    let texts: Vec<&str> = finals.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, [SLOW_ANSWER, FOLLOW_UP_ANSWER], "{dump}");
+    let (turn1, turn2) = (&finals[0].0, &finals[1].0);
+    assert_ne!(turn1, turn2, "the follow-up got its own turn id\n{dump}");
+    assert_eq!(turn_of(&sc.sim, &first).as_ref(), Some(turn1), "{dump}");
+    assert_eq!(turn_of(&sc.sim, &second).as_ref(), Some(turn2), "{dump}");
+    for turn in [turn1, turn2] {
+        assert_eq!(
+            last_state(&sc.sim, turn).as_deref(),
+            Some("completed"),
+            "{dump}"
+        );
+    }
+    // The sim stamps a message sent during an open turn `queued`; the dequeue releases it.
+    let disposition = stored_message(&sc.sim, &second)["metadata"]["inboundDisposition"].clone();
+    assert!(
+        disposition.is_null() || disposition == "accepted_now",
+        "the queued follow-up was released: {disposition}\n{dump}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_intent_ends_the_running_turn_and_answers_the_new_message() {
+    // Hermes itself is in queue mode: only the shim's Canon-intent dispatcher interrupts.
+    let sc = start("queue").await;
+    let first = sc.start_slow_turn().await;
+    let second = sc.say(FOLLOW_UP, Some("interrupt"));
+    sc.wait("the interrupting message's turn", |s| {
+        finals_in(s).iter().any(|(_, t)| t == FOLLOW_UP_ANSWER)
+    })
+    .await;
+    let finals = sc.settle_with_finals(1).await;
+    let dump = sc.dump();
+
+    let turn1 = turn_of(&sc.sim, &first).expect("the first turn");
+    let turn2 = turn_of(&sc.sim, &second).expect("the second turn");
+    assert_ne!(turn1, turn2, "{dump}");
+    assert_eq!(
+        finals,
+        vec![(turn2.clone(), FOLLOW_UP_ANSWER.to_owned())],
+        "one turn_complete, for the interrupting message only\n{dump}"
+    );
+    assert_eq!(
+        last_state(&sc.sim, &turn1).as_deref(),
+        Some("interrupted"),
+        "{dump}"
+    );
+    assert_eq!(
+        last_state(&sc.sim, &turn2).as_deref(),
+        Some("completed"),
+        "{dump}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_signal_interrupts_the_running_turn() {
+    let sc = start("queue").await;
+    let first = sc.start_slow_turn().await;
+    let turn1 = turn_of(&sc.sim, &first).expect("the first turn");
+    sc.sim
+        .raise_signal(&Signal {
+            conversation_id: DEFAULT_CONVERSATION.into(),
+            signal: "interrupt".into(),
+            updated_by: None,
+            doorbell: Some(true),
+        })
+        .expect("signal");
+    let closed = turn1.clone();
+    sc.wait("the slow turn closes", move |s| {
+        turn_states_in(s)
+            .get(&closed)
+            .is_some_and(|st| st.iter().any(|x| is_closing(x)))
+    })
+    .await;
+    tokio::time::sleep(SETTLE).await;
+    let dump = sc.dump();
+    assert_eq!(
+        last_state(&sc.sim, &turn1).as_deref(),
+        Some("interrupted"),
+        "{dump}"
+    );
+    let finals = sc.sim.read_state(finals_in);
+    assert!(
+        finals.iter().all(|(id, _)| *id != turn1),
+        "no turn_complete for the stopped turn\n{dump}"
+    );
+    assert!(
+        finals.iter().all(|(_, t)| t != SLOW_ANSWER),
+        "the stopped answer was not published\n{dump}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_daemon_is_respawned_and_the_turn_completes_once() {
+    let sc = start("queue").await;
+    let first = sc.start_slow_turn().await;
+    let turn1 = turn_of(&sc.sim, &first).expect("the first turn");
+    sc.wait_streamed("three").await;
+    let before = sc.gateway.daemon_pids();
+    assert_eq!(before.len(), 1, "one daemon child: {before:?}");
+    sc.gateway.kill_daemons();
+    sc.next_daemon(&before).await;
+    let finals = sc.settle_with_finals(1).await;
+    let dump = sc.dump();
+    assert_eq!(
+        finals,
+        vec![(turn1.clone(), SLOW_ANSWER.to_owned())],
+        "one turn_complete on the resynced turn\n{dump}"
+    );
+    let after = sc.gateway.daemon_pids();
+    assert!(
+        after.len() == 1 && after != before,
+        "a new daemon child: {before:?} → {after:?}\n{dump}"
+    );
+
+    let next = sc.say("and now something else", None);
+    sc.wait("the next message is answered", |s| finals_in(s).len() >= 2)
+        .await;
+    let finals = sc.settle_with_finals(2).await;
+    let dump = sc.dump();
+    let turn2 = turn_of(&sc.sim, &next).expect("the next turn");
+    assert_eq!(
+        finals,
+        vec![
+            (turn1, SLOW_ANSWER.to_owned()),
+            (turn2, PLAIN_ANSWER.to_owned())
+        ],
+        "{dump}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_crash_loop_hands_over_to_the_gateway_reconnect() {
+    let sc = start("queue").await;
+    // Five exits within 300 s: the shim stops respawning and raises a retryable fatal; the
+    // gateway's reconnect watcher then connects a fresh adapter, which spawns a new child.
+    let mut seen = sc.gateway.daemon_pids();
+    for _ in 0..5 {
+        sc.gateway.kill_daemons();
+        let pid = sc.next_daemon(&seen).await;
+        seen.push(pid);
+    }
+    let log =
+        || std::fs::read_to_string(sc.gateway.home.path().join("gateway.out")).unwrap_or_default();
+    let deadline = std::time::Instant::now() + TURN;
+    while !log().contains("Fatal canon adapter error (daemon_crash_loop)") {
+        let shim: Vec<String> = log()
+            .lines()
+            .filter(|l| l.contains("canon_hermes:") || l.contains("Fatal"))
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the crash loop reached the gateway; pids {seen:?}\n{}\n{}",
+            shim.join("\n"),
+            sc.dump()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sc.wait("the canon stream reopened", |s| !s.open_streams.is_empty())
+        .await;
+    sc.say("are you back", None);
+    let finals = sc.settle_with_finals(1).await;
+    assert_eq!(
+        finals.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(),
+        [PLAIN_ANSWER],
+        "{}",
+        sc.dump()
+    );
+}
+
+/// Runs `code` in the venv's Python with the installed shim (manifest pinning this binary)
+/// loaded as module `shim` and a `canon` platform entry registered; returns stdout.
+fn shim_python(code: &str, env: &[(&str, &str)]) -> String {
+    let python = super::gateway_support::hermes_bin().with_file_name("python");
+    let home = tempfile::tempdir().expect("scratch dir");
+    super::gateway_support::install_shim(home.path());
+    let shim = home.path().join("plugins/canon-hermes/__init__.py");
+    let prelude = format!(
+        "import asyncio, importlib.util, inspect, sys\n\
+         spec = importlib.util.spec_from_file_location('shim', {shim:?})\n\
+         shim = importlib.util.module_from_spec(spec)\n\
+         spec.loader.exec_module(shim)\n\
+         from gateway.platform_registry import platform_registry, PlatformEntry\n\
+         platform_registry.register(PlatformEntry(name='canon', label='Canon',\n\
+             adapter_factory=None, check_fn=lambda: True))\n\
+         from gateway.config import PlatformConfig\n"
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &format!("{prelude}{code}")])
+        .env("HERMES_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("CANON_API_KEY")
+        .envs(env.iter().copied())
+        .output()
+        .expect("the venv python runs");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// A runner stub with every attribute §12.3 verifies.
+const FAKE_RUNNER: &str = r#"
+class Runner:
+    _draining = False
+    def __init__(self):
+        self._queued_events, self._running_agents = {}, {}
+    def _queue_or_replace_pending_event(self, key, event): pass
+    def _is_user_authorized(self, source): return True
+    @staticmethod
+    def _agent_has_active_subagents(agent): return False
+    async def _session_has_compression_in_flight(self, key): return False
+    def _promote_queued_event(self, session_key, adapter, pending_event): return pending_event
+    def _queue_depth(self, key, adapter=None): return 0
+    async def _handle_active_session_busy_message(self, event, key): return False
+runner = Runner()
+cls = shim._make_adapter_class()
+"#;
+
+#[test]
+fn dequeue_wrapper_is_owned_replaced_and_removed() {
+    let code = r#"
+a = cls(PlatformConfig(enabled=True))
+a.set_busy_session_handler(runner._handle_active_session_busy_message)
+print(a._connect_body(False)['seams'])
+b = cls(PlatformConfig(enabled=True))
+b.set_busy_session_handler(runner._handle_active_session_busy_message)
+original = runner._promote_queued_event._canon_original
+print(a._wrapper_owned(), b._wrapper_owned(), original.__func__ is Runner._promote_queued_event)
+a.set_busy_session_handler(None)
+print(b._wrapper_owned())
+b.set_busy_session_handler(None)
+print(hasattr(runner._promote_queued_event, '_canon_owner'), b._busy_session_handler)
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{code}"), &[]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "{'busy_handler': True, 'dequeue_ack': True}",
+            "False True True",
+            "True",
+            "False None",
+        ],
+        "{out}"
+    );
+}
+
+#[test]
+fn busy_seam_reports_false_when_a_runner_attribute_is_missing() {
+    let code = r#"
+del Runner._queue_depth
+a = cls(PlatformConfig(enabled=True))
+a.set_busy_session_handler(runner._handle_active_session_busy_message)
+print(a._connect_body(False)['seams'])
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{code}"), &[]);
+    assert_eq!(out.trim(), "{'busy_handler': False, 'dequeue_ack': False}");
+}
+
+#[test]
+fn platform_entry_has_a_cheap_check_and_a_standalone_sender() {
+    let code = r#"
+class Ctx:
+    def register_hook(self, *a): pass
+    def register_platform(self, **kw): self.kw = kw
+ctx = Ctx()
+shim.register(ctx)
+print(inspect.iscoroutinefunction(ctx.kw['standalone_sender_fn']))
+print(ctx.kw['check_fn'](), shim.SUPERVISOR.child is None)
+"#;
+    let with_key = shim_python(code, &[("CANON_API_KEY", "k")]);
+    assert_eq!(
+        with_key.lines().collect::<Vec<_>>(),
+        ["True", "True True"],
+        "no child is spawned when the key is in the environment"
+    );
+    // Without credentials the check asks the daemon; a binary that cannot answer means False.
+    let without = shim_python(code, &[("CANON_HERMES_BIN", "/bin/false")]);
+    assert_eq!(without.lines().nth(1), Some("False True"), "{without}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn standalone_sender_delivers_out_of_process() {
+    let sim = Sim::start(SimConfig::for_tests())
+        .await
+        .expect("the simulator starts");
+    let code = format!(
+        r#"
+pconfig = PlatformConfig(enabled=True)
+print(asyncio.run(shim.standalone_send(pconfig, {DEFAULT_CONVERSATION:?}, "cron says hi")))
+"#
+    );
+    let (key, base, stream) = (sim.api_key(), sim.base_url(), sim.stream_url());
+    let out = tokio::task::block_in_place(|| {
+        shim_python(
+            &code,
+            &[
+                ("CANON_HERMES_BIN", env!("CARGO_BIN_EXE_canon-hermes")),
+                ("CANON_API_KEY", &key),
+                ("CANON_BASE_URL", &base),
+                ("CANON_STREAM_URL", &stream),
+            ],
+        )
+    });
+    assert!(out.contains("'success': True"), "{out}");
+    let texts: Vec<String> = sim.read_state(|s| {
+        s.messages
+            .iter()
+            .filter(|m| m.message["senderId"] == DEFAULT_AGENT)
+            .map(|m| m.message["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    });
+    assert_eq!(texts, ["cron says hi"], "{out}");
+}
