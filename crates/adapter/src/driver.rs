@@ -26,6 +26,21 @@
 //! `verify` and disposition retries (hermes-host.md §12.3) also run on
 //! their own tasks, so a slow Canon never stalls the loop.
 //!
+//! The runtime status (T10, canon-wire.md §8.1) is published once at
+//! connect and then every [`DriverConfig::status_interval`] by a status
+//! loop task of that connection. `replay.expired` on the stream (§5.3; the
+//! transport has already moved its cursor) re-fetches `GET /conversations`
+//! on a task of its own; the list replaces the conversation cache that
+//! `adapter.chat_info`, `control.signal` and the signal pass read, as the
+//! list of connect did, and a failure is logged and reconnects the stream.
+//! `adapter.disconnect`, `shutdown`, a new connect and exit stop the signal
+//! pass, the status loop and a re-fetch in flight.
+//!
+//! `typing` notifications become `POST /typing` through the turn machine,
+//! which coalesces `on` for a chat to at most one write per
+//! [`crate::turn::TYPING_COALESCE_MS`] (hermes-host.md §19.9); `off` always
+//! passes and re-arms the chat.
+//!
 //! # Inbound media
 //!
 //! A waking `message.created` with attachments (runtime-control.md §8.2,
@@ -55,9 +70,9 @@
 //! request is unsupported ([`UNSUPPORTED_SUFFIX`]), never silently dropped.
 //! The daemon does not yet send `approval.resolve`, `clarify.resolve` or
 //! `host.queue_depth`, does not keep inbound media for trusted tools (the
-//! §8.4 capture registry of runtime-control.md), does not publish
-//! the 30 s runtime status loop, and does not re-fetch `GET /conversations`
-//! after `replay.expired`.
+//! §8.4 capture registry of runtime-control.md), and its status loop
+//! publishes T10 only (the detached receipts §8.1 step 7 resumes first do
+//! not exist here yet).
 //!
 //! # Invariants
 //!
@@ -148,13 +163,18 @@ const MAX_CONVERSATIONS: usize = 4_096;
 /// (canon-wire.md §4.9); the default of [`DriverConfig::signal_poll`].
 pub const SIGNAL_POLL: Duration = Duration::from_secs(15);
 
-/// The shortest signal poll interval accepted (our number): a zero interval
-/// would spin, and `tokio::time::interval` refuses it.
-const MIN_SIGNAL_POLL: Duration = Duration::from_millis(50);
+/// How often the runtime status is published again after the one at
+/// connect (canon-wire.md §8.1 step 7, T10); the default of
+/// [`DriverConfig::status_interval`].
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(30);
 
-/// The longest signal poll interval accepted (our number), far from the
-/// clock arithmetic's overflow.
-const MAX_SIGNAL_POLL: Duration = Duration::from_secs(3_600);
+/// The shortest signal poll or status interval accepted (our number): a
+/// zero interval would spin, and `tokio::time::interval` refuses it.
+const MIN_LOOP_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The longest signal poll or status interval accepted (our number), far
+/// from the clock arithmetic's overflow.
+const MAX_LOOP_INTERVAL: Duration = Duration::from_secs(3_600);
 
 /// How often `CANON_HERMES_PARENT_PID` is checked (hermes-host.md §19.3).
 pub const PARENT_CHECK: Duration = Duration::from_secs(5);
@@ -245,6 +265,9 @@ pub struct DriverConfig {
     /// Interval of the runtime signal poll ([`SIGNAL_POLL`] in production;
     /// tests shorten it), kept between 50 ms and one hour.
     pub signal_poll: Duration,
+    /// Interval of the runtime status loop ([`STATUS_INTERVAL`] in
+    /// production; tests shorten it), kept between 50 ms and one hour.
+    pub status_interval: Duration,
 }
 
 impl std::fmt::Debug for DriverConfig {
@@ -264,6 +287,7 @@ impl std::fmt::Debug for DriverConfig {
             .field("home_channel", &self.home_channel)
             .field("parent_pid", &self.parent_pid)
             .field("signal_poll", &self.signal_poll)
+            .field("status_interval", &self.status_interval)
             .finish_non_exhaustive()
     }
 }
@@ -285,6 +309,7 @@ where
     let (done_tx, mut done_rx) = mpsc::channel::<(OpId, DeliveryResult)>(64);
     let (signal_tx, mut signal_rx) = mpsc::channel::<ConsumedSignal>(SIGNAL_FRAMES);
     let (signal_ids, _) = watch::channel(Vec::new());
+    let (refetch_tx, mut refetch_rx) = mpsc::channel::<Refetched>(4);
     let (media_tx, mut media_rx) = mpsc::channel::<MediaDone>(64);
     let media_dir = config.canon_home.as_deref().map(|home| {
         let dir = home.join(HANDOFF_DIR);
@@ -329,6 +354,10 @@ where
         signal_tx,
         signal_ids,
         signal_tasks: JoinSet::new(),
+        status_tasks: JoinSet::new(),
+        refetch_tx,
+        refetch: None,
+        refetch_id: 0,
         media_scope: TrustedScope::None,
         media_dir,
         downloader: None,
@@ -377,6 +406,7 @@ where
                 driver.feed(Input::DeliveryOutcome { op, result }).await;
             }
             Some(consumed) = signal_rx.recv() => driver.on_signal(consumed).await,
+            Some(refetched) = refetch_rx.recv() => driver.on_refetched(refetched),
             Some(done) = media_rx.recv() => driver.on_media_done(done).await,
             () = tick(parent_check.as_mut()) => {
                 if let Some(pid) = driver.config.parent_pid.filter(|pid| !process_exists(*pid)) {
@@ -395,7 +425,7 @@ where
     tracing::info!(reason = exit_reason, "shutting down");
     reader.abort();
     let exit_code = driver.exit_code.unwrap_or(0);
-    driver.stop_signals();
+    driver.stop_loops();
     // Nothing more reaches the shim; files a stopped task wrote are swept at
     // the next start.
     driver.media_tasks.abort_all();
@@ -853,6 +883,15 @@ struct Driver {
     signal_ids: watch::Sender<Vec<String>>,
     /// The poll loop and doorbell consumes of the current connection.
     signal_tasks: JoinSet<()>,
+    /// The runtime status loop of the current connection.
+    status_tasks: JoinSet<()>,
+    /// Where a conversation re-fetch reports (after `replay.expired`).
+    refetch_tx: mpsc::Sender<Refetched>,
+    /// The re-fetch in flight, aborted when a newer one starts.
+    refetch: Option<tokio::task::AbortHandle>,
+    /// The number of the latest re-fetch; a result carrying another number
+    /// is stale (superseded, or from a stopped connection) and dropped.
+    refetch_id: u64,
     /// The trusted scope of the connected adapter (runtime-control.md §8.1).
     media_scope: TrustedScope,
     /// `<CANON_HOME>/tmp`, absolute; `None` without a Canon home.
@@ -895,6 +934,30 @@ struct AbortOnDrop(tokio::task::AbortHandle);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// The result of a `GET /conversations` re-fetch task.
+struct Refetched {
+    /// [`Driver::refetch_id`] when the task started.
+    id: u64,
+    result: Result<Vec<canon_transport::types::Conversation>, TransportError>,
+}
+
+/// The status loop (canon-wire.md §8.1 step 7): T10 every `every`, the
+/// first one `every` after connect (connect publishes its own). A failure
+/// is logged and the loop goes on; it ends when aborted.
+async fn publish_status(client: CanonClient, every: Duration) {
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    // A publish slower than the interval delays the next one instead of
+    // sending them back to back.
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        match client.publish_runtime_status().await {
+            Ok(()) => tracing::trace!("runtime status published"),
+            Err(error) => tracing::warn!(%error, "runtime status publish failed"),
+        }
     }
 }
 
@@ -1115,13 +1178,13 @@ impl Driver {
             }
             ShimRequest::AdapterDisconnect(_) => {
                 // canon-wire.md §8.1: no wire call, the loops just stop.
-                self.stop_signals();
+                self.stop_loops();
                 self.stream = None;
                 self.feed(Input::Disconnect).await;
                 self.respond(&id, re, Ok(empty())).await;
             }
             ShimRequest::Shutdown(_) => {
-                self.stop_signals();
+                self.stop_loops();
                 self.stream = None;
                 self.respond(&id, re, Ok(empty())).await;
             }
@@ -1496,13 +1559,7 @@ impl Driver {
             Ok(conversations) => conversations,
             Err(error) => return refuse_call(&error),
         };
-        // A fresh cache: the key set is also what the signal pass visits.
-        self.conversations.clear();
-        self.conversation_order.clear();
-        for conversation in conversations {
-            self.cache_conversation(&conversation.id, Value::Object(conversation.raw));
-        }
-        self.publish_signal_ids();
+        self.replace_conversations(conversations);
         self.agent_id = me.agent_id.clone();
         self.agent_name = me.display_name.clone();
         self.machine = TurnMachine::new(TurnConfig {
@@ -1520,7 +1577,7 @@ impl Driver {
         }
         self.stream = Some(EventStream::open(&client, StreamConfig::default()));
         let status_client = client.clone();
-        self.start_signals(client.clone());
+        self.start_loops(client.clone());
         self.spawn_background(async move {
             if let Err(error) = status_client.publish_runtime_status().await {
                 tracing::warn!(%error, "runtime status publish failed");
@@ -1591,6 +1648,14 @@ impl Driver {
                 agent_id: Some(agent_id),
                 ..
             } => self.agent_id = Some(agent_id),
+            EventKind::ReplayExpired { last_available_id } => {
+                // canon-wire.md §5.3: the transport already moved the cursor.
+                tracing::info!(
+                    last_available_id = last_available_id.as_deref().unwrap_or(""),
+                    "event replay expired; re-fetching the conversations"
+                );
+                self.refetch_conversations();
+            }
             other => tracing::trace!(?other, "stream event not handled"),
         }
     }
@@ -1843,23 +1908,96 @@ impl Driver {
         .await;
     }
 
-    /// Starts the signal pass of a new connection (canon-wire.md §8.1 step 7).
-    fn start_signals(&mut self, client: CanonClient) {
-        self.stop_signals();
+    /// Starts the signal pass and the status loop of a new connection
+    /// (canon-wire.md §8.1 step 7), stopping those of the previous one.
+    fn start_loops(&mut self, client: CanonClient) {
+        self.stop_loops();
         self.signal_tasks.spawn(poll_signals(
-            client,
+            client.clone(),
             self.signal_ids.subscribe(),
             self.config
                 .signal_poll
-                .clamp(MIN_SIGNAL_POLL, MAX_SIGNAL_POLL),
+                .clamp(MIN_LOOP_INTERVAL, MAX_LOOP_INTERVAL),
             self.signal_tx.clone(),
+        ));
+        self.status_tasks.spawn(publish_status(
+            client,
+            self.config
+                .status_interval
+                .clamp(MIN_LOOP_INTERVAL, MAX_LOOP_INTERVAL),
         ));
     }
 
-    /// Stops the signal pass and any doorbell consume (disconnect, shutdown).
-    fn stop_signals(&mut self) {
+    /// Stops the signal pass, any doorbell consume, the status loop and a
+    /// conversation re-fetch in flight (connect, disconnect, shutdown, exit).
+    fn stop_loops(&mut self) {
         self.signal_tasks.abort_all();
         self.signal_tasks.detach_all();
+        self.status_tasks.abort_all();
+        self.status_tasks.detach_all();
+        if let Some(refetch) = self.refetch.take() {
+            refetch.abort();
+        }
+        // A result already on its way is stale from now on.
+        self.refetch_id += 1;
+    }
+
+    /// Re-fetches `GET /conversations` on a task of its own after
+    /// `replay.expired` (canon-wire.md §5.3); the result comes back as a
+    /// [`Refetched`] to [`Driver::on_refetched`]. A re-fetch still in flight
+    /// is superseded.
+    fn refetch_conversations(&mut self) {
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        if let Some(previous) = self.refetch.take() {
+            previous.abort();
+        }
+        self.refetch_id += 1;
+        let id = self.refetch_id;
+        let tx = self.refetch_tx.clone();
+        let task = tokio::spawn(async move {
+            let result = client.list_conversations().await;
+            let _ = tx.send(Refetched { id, result }).await;
+        });
+        self.refetch = Some(task.abort_handle());
+    }
+
+    /// A re-fetch finished: the list replaces the cache (as at connect);
+    /// a failure is logged and the stream reconnects with its new cursor
+    /// (canon-wire.md §5.3). Stale results are dropped.
+    fn on_refetched(&mut self, refetched: Refetched) {
+        if refetched.id != self.refetch_id {
+            tracing::debug!("dropped a stale conversation re-fetch");
+            return;
+        }
+        self.refetch = None;
+        match refetched.result {
+            Ok(conversations) => {
+                tracing::debug!(
+                    conversations = conversations.len(),
+                    "conversations re-fetched"
+                );
+                self.replace_conversations(conversations);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "conversation re-fetch failed; reconnecting the event stream");
+                if let Some(stream) = &self.stream {
+                    stream.reconnect();
+                }
+            }
+        }
+    }
+
+    /// Replaces the conversation cache with a fresh `GET /conversations`
+    /// list and republishes the signal pass's key set (canon-wire.md §4.2).
+    fn replace_conversations(&mut self, conversations: Vec<canon_transport::types::Conversation>) {
+        self.conversations.clear();
+        self.conversation_order.clear();
+        for conversation in conversations {
+            self.cache_conversation(&conversation.id, Value::Object(conversation.raw));
+        }
+        self.publish_signal_ids();
     }
 
     /// A `runtime.control` doorbell: consume that conversation's signal now,

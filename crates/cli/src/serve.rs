@@ -27,12 +27,13 @@ fn parent_pid() -> Option<u32> {
     }
 }
 
-/// `CANON_HERMES_SIGNAL_POLL_MS`, a test hook that shortens the 15 s runtime signal poll
-/// (canon-wire.md §4.9); unset or unreadable keeps the default.
-fn signal_poll() -> Duration {
-    env("CANON_HERMES_SIGNAL_POLL_MS")
+/// An interval in milliseconds from the test hook `name`; unset or unreadable keeps `default`.
+/// `CANON_HERMES_SIGNAL_POLL_MS` shortens the 15 s runtime signal poll (canon-wire.md §4.9),
+/// `CANON_HERMES_STATUS_INTERVAL_MS` the 30 s runtime status loop (§8.1).
+fn interval_ms(name: &str, default: Duration) -> Duration {
+    env(name)
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map_or(driver::SIGNAL_POLL, Duration::from_millis)
+        .map_or(default, Duration::from_millis)
 }
 
 /// `CANON_HOME` (trimmed, `~` expanded) else `~/.canon` (cli.md §6), by the approvals store's
@@ -48,7 +49,8 @@ fn canon_home() -> Option<PathBuf> {
 /// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL`,
 /// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_INBOUND_IMAGE_DELIVERY`,
 /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (checked at `adapter.connect`, where they win over the
-/// platform extras), `CANON_HOME`, `CANON_HERMES_PARENT_PID` and `CANON_HERMES_SIGNAL_POLL_MS`.
+/// platform extras), `CANON_HOME`, `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS` and
+/// `CANON_HERMES_STATUS_INTERVAL_MS`.
 fn config_from_env() -> DriverConfig {
     let base_url = env("CANON_BASE_URL").unwrap_or_default();
     let stream_url = env("CANON_STREAM_URL").unwrap_or_else(|| base_url.clone());
@@ -67,7 +69,8 @@ fn config_from_env() -> DriverConfig {
         manifest_sha256: None,
         durable_backoff: None,
         parent_pid: parent_pid(),
-        signal_poll: signal_poll(),
+        signal_poll: interval_ms("CANON_HERMES_SIGNAL_POLL_MS", driver::SIGNAL_POLL),
+        status_interval: interval_ms("CANON_HERMES_STATUS_INTERVAL_MS", driver::STATUS_INTERVAL),
     }
 }
 

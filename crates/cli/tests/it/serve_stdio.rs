@@ -2,9 +2,10 @@
 //! the JSON-lines protocol (hermes-host.md §19): handshake, an inbound wake, a streamed turn that
 //! ends in exactly one `turn_complete`, a 20 KB answer in ordered parts, exit on stdin EOF or
 //! when the parent process is gone, the connect sequence's conversation cache, runtime control
-//! signals (doorbell and poll), `probe`, `adapter.chat_info` and out-of-turn sends (one
+//! signals (doorbell and poll), `probe`, `adapter.chat_info`, out-of-turn sends (one
 //! standalone id group through `send_to`, replayed without duplicates after an ambiguous
-//! failure).
+//! failure), the runtime status loop, the conversation re-fetch after `replay.expired` and
+//! typing coalescing.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use canon_sim::config::SimConfig;
 use canon_sim::control::{Injection, Signal};
 use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+use canon_sim::state::StreamCmd;
 use canon_sim::{
     ConversationSpec, Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER,
 };
@@ -54,6 +56,7 @@ impl Shim {
             .env_remove("CANON_HOME_CHANNEL")
             .env_remove("CANON_HERMES_PARENT_PID")
             .env_remove("CANON_HERMES_SIGNAL_POLL_MS")
+            .env_remove("CANON_HERMES_STATUS_INTERVAL_MS")
             .env("RUST_LOG", log);
         for (name, value) in env {
             if value.is_empty() {
@@ -1164,5 +1167,253 @@ async fn failed_disposition_release_is_retried_behind_later_writes() {
     });
     assert!(released, "Canon holds the message as accepted_now");
     complete_turn(&mut shim, &event_ref).await;
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// How many requests the sim journal holds of exactly `method path`.
+fn count_requests(sim: &SimHandle, method: &str, path: &str) -> usize {
+    sim.journal(0, Some(path))
+        .iter()
+        .filter(|e| e.method == method && e.path == path)
+        .count()
+}
+
+/// canon-wire.md §8.1 steps 6–7: T10 at connect, then again every status interval (shortened
+/// here to 100 ms) until `adapter.disconnect` stops the loop.
+#[tokio::test(flavor = "multi_thread")]
+async fn runtime_status_is_republished_until_disconnect() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn_env(
+        &sim,
+        "warn",
+        Stdio::inherit(),
+        &[("CANON_HERMES_STATUS_INTERVAL_MS", "100")],
+    );
+    shim.connect(&sim).await;
+    // One publish at connect, at least two more from the loop.
+    sim.wait_for("runtime status republished", WAIT, |s| {
+        s.journal.count(Some("POST"), "/runtime/status") >= 3
+    })
+    .await
+    .expect("the status loop publishes again");
+    let published = journal(&sim, "/runtime/status");
+    assert!(
+        published
+            .iter()
+            .all(|(method, body)| method == "POST" && body.is_object() && *body == published[0].1),
+        "every publish carries the same descriptor: {published:?}"
+    );
+
+    let done = shim
+        .request("adapter.disconnect", json!({"adapter_instance": 1}))
+        .await;
+    assert_eq!(done["ok"], true, "{done}");
+    // A publish already on the wire may still land; after that, ten intervals pass
+    // without another one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = count_requests(&sim, "POST", "/runtime/status");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        count_requests(&sim, "POST", "/runtime/status"),
+        stopped,
+        "no runtime status after disconnect"
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// Asks `adapter.chat_info` until it names `chat_id` as a group (the re-fetched list reaches
+/// the loop after Canon answered it), at most for the wait; returns the last body.
+async fn chat_info_once_known(shim: &mut Shim, chat_id: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let info = shim
+            .request("adapter.chat_info", json!({"chat_id": chat_id}))
+            .await;
+        if info["body"]["type"] == "group" || tokio::time::Instant::now() >= deadline {
+            return info["body"].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Moves the daemon's stream cursor past one message, then makes the sim forget it and closes
+/// the stream: the reconnect sends that cursor and gets `replay.expired`.
+async fn expire_the_replay(shim: &mut Shim, sim: &SimHandle) {
+    sim.inject_message(&Injection {
+        text: Some("before the gap".into()),
+        ..Injection::default()
+    })
+    .expect("inject");
+    // The cursor moves before the event is handled, so it is set once this arrives.
+    let inbound = shim.expect("inbound.message").await;
+    shim.answer(&inbound, json!({"accepted": true})).await;
+    sim.expire_replay_buffer(DEFAULT_AGENT);
+    assert_eq!(sim.stream_control(DEFAULT_AGENT, StreamCmd::Close), 1);
+    sim.wait_for("stream reopened", WAIT, |s| {
+        s.journal.count(Some("GET"), "/agents/stream") >= 2
+    })
+    .await
+    .expect("the daemon reconnects the stream");
+    let streams = sim.journal(0, Some("/agents/stream"));
+    assert!(
+        streams[1]
+            .headers
+            .iter()
+            .any(|(name, value)| name == "last-event-id" && !value.is_empty()),
+        "the reconnect resumes from the cursor: {:?}",
+        streams[1].headers
+    );
+}
+
+/// canon-wire.md §5.3: after `replay.expired` the daemon re-fetches `GET /conversations`, so a
+/// conversation the stream never mentioned is known to `adapter.chat_info`.
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_expired_refetches_the_conversation_list() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    // Created after connect; nothing on the stream names it.
+    add_group(&sim);
+    let unknown = shim
+        .request("adapter.chat_info", json!({"chat_id": GROUP}))
+        .await;
+    assert_eq!(
+        unknown["body"],
+        json!({"name": GROUP, "type": "dm", "id": GROUP}),
+        "not cached before the re-fetch"
+    );
+    assert_eq!(count_requests(&sim, "GET", "/conversations"), 1);
+
+    expire_the_replay(&mut shim, &sim).await;
+    sim.wait_for("conversations re-fetched", WAIT, |s| {
+        s.journal
+            .since(0, Some("/conversations"))
+            .iter()
+            .filter(|e| e.method == "GET" && e.path == "/conversations")
+            .count()
+            >= 2
+    })
+    .await
+    .expect("replay.expired re-fetches the conversations");
+    assert_eq!(
+        chat_info_once_known(&mut shim, GROUP).await,
+        json!({"name": "Team", "type": "group", "id": GROUP})
+    );
+    // The connection's conversations stay cached too.
+    let direct = shim
+        .request(
+            "adapter.chat_info",
+            json!({"chat_id": DEFAULT_CONVERSATION}),
+        )
+        .await;
+    assert_eq!(
+        direct["body"],
+        json!({"name": "Owner", "type": "dm", "id": DEFAULT_CONVERSATION})
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// canon-wire.md §5.3: a failed re-fetch is not fatal: it is logged, the stream reconnects and
+/// the daemon keeps delivering inbound messages.
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_refetch_reconnects_the_stream_and_is_not_fatal() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    sim.add_fault(status_fault("GET", "/conversations", 503))
+        .expect("fault installed");
+    expire_the_replay(&mut shim, &sim).await;
+    // Each stream opening logs an `agent.context` in the same step that makes it live; the
+    // buffer was emptied before the second one, so two mean the third stream is live.
+    sim.wait_for("stream reconnected after the failed re-fetch", WAIT, |s| {
+        s.journal.count(Some("GET"), "/agents/stream") >= 3
+            && s.events.get(DEFAULT_AGENT).is_some_and(|log| {
+                log.events
+                    .iter()
+                    .filter(|e| e.name == "agent.context")
+                    .count()
+                    >= 2
+            })
+    })
+    .await
+    .expect("a failed re-fetch reconnects the stream");
+    let lists: Vec<u16> = sim
+        .journal(0, Some("/conversations"))
+        .into_iter()
+        .filter(|e| e.method == "GET" && e.path == "/conversations")
+        .map(|e| e.status)
+        .collect();
+    assert!(
+        lists.len() >= 2 && lists[1..].iter().all(|status| *status == 503),
+        "the re-fetch was tried and failed: {lists:?}"
+    );
+    sim.clear_faults();
+
+    sim.inject_message(&Injection {
+        text: Some("after the gap".into()),
+        ..Injection::default()
+    })
+    .expect("inject");
+    let inbound = shim.expect("inbound.message").await;
+    assert_eq!(inbound["body"]["event"]["text"], "after the gap");
+    shim.answer(&inbound, json!({"accepted": true})).await;
+    assert!(
+        shim.backlog.iter().all(|f| f["type"] != "adapter.fatal"),
+        "a failed re-fetch is not fatal: {:?}",
+        shim.backlog
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// The `typing` flag of every `POST /typing` the daemon made, in order.
+fn typing_writes(sim: &SimHandle) -> Vec<Value> {
+    journal(sim, "/typing")
+        .into_iter()
+        .filter(|(method, _)| method == "POST")
+        .map(|(_, body)| body["typing"].clone())
+        .collect()
+}
+
+/// hermes-host.md §19.9: repeated `typing on` for one chat reach Canon at most once per 1.5 s;
+/// `typing off` always passes and re-arms the chat.
+#[tokio::test(flavor = "multi_thread")]
+async fn repeated_typing_on_is_coalesced_per_chat() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let typing = |on: bool| json!({"v": 1, "type": "typing", "body": {"chat_id": DEFAULT_CONVERSATION, "on": on}});
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        shim.write(&typing(true)).await;
+    }
+    shim.write(&typing(false)).await;
+    // Writes leave in order, so once `off` is in, every earlier write is too.
+    sim.wait_for("typing off written", WAIT, |s| {
+        s.journal
+            .since(0, Some("/typing"))
+            .iter()
+            .any(|e| e.body["typing"] == false)
+    })
+    .await
+    .expect("typing off reaches Canon");
+    let elapsed = started.elapsed();
+    let writes = typing_writes(&sim);
+    let on = writes.iter().take_while(|t| **t == true).count();
+    assert_eq!(writes.get(on), Some(&json!(false)), "{writes:?}");
+    // The ten frames were handled within `elapsed`, so coalescing lets through one, plus one
+    // per full 1.5 s window that passed (none on any usual machine).
+    let allowed = 1 + usize::try_from(elapsed.as_millis() / 1_500).unwrap_or(usize::MAX);
+    assert!(
+        (1..=allowed).contains(&on),
+        "{on} typing-on writes for 10 notifications within {elapsed:?}"
+    );
+
+    shim.write(&typing(true)).await;
+    sim.wait_for("typing on after off", WAIT, |s| {
+        s.journal.count(Some("POST"), "/typing") > on + 1
+    })
+    .await
+    .expect("typing on passes again right after off");
+    assert_eq!(typing_writes(&sim).last(), Some(&json!(true)));
     assert_eq!(shim.close().await, Some(0));
 }
