@@ -39,7 +39,9 @@
 //! `typing` notifications become `POST /typing` through the turn machine,
 //! which coalesces `on` for a chat to at most one write per
 //! [`crate::turn::TYPING_COALESCE_MS`] (hermes-host.md §19.9); `off` always
-//! passes and re-arms the chat.
+//! passes and re-arms the chat. `turn.steered` becomes
+//! [`Input::SteerAccepted`]: the steered turn's `no_reply` silence is lifted
+//! (hermes-host.md §12.3 step 5), so its final is delivered after all.
 //!
 //! # Inbound media
 //!
@@ -1473,6 +1475,10 @@ impl Driver {
             ShimNotification::QueueDepth(q) => Input::QueueDepth {
                 session_key: q.session_key,
                 depth: q.depth,
+            },
+            ShimNotification::TurnSteered(t) => Input::SteerAccepted {
+                session_key: Some(t.session_key),
+                conversation_id: t.chat_id,
             },
         };
         self.feed(input).await;

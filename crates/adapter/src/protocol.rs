@@ -45,9 +45,17 @@
 //! `canon_runtime_control`, else 120 s), `standalone.send` (120 s), `resync`
 //! (30 s), `shutdown` (5 s).
 //!
+//! `turn.start` and `turn.accepted` both answer `{turn_id}`: the shim keeps
+//! each open turn, dequeued follow-ups included, until its `turn.complete`
+//! or the next boundary, and hands them back in `resync` after a respawn.
+//! (`turn.accepted` answered `{}` before; the id was added without a version
+//! bump, §19.5.)
+//!
 //! Shim → daemon notifications ([`ShimNotification`]): `typing`,
 //! `hook.pre_tool_call`, `hook.post_tool_call`, `hook.subagent_stop`,
-//! `queue.depth`. Hook notifications never block the agent thread; the shim
+//! `queue.depth`, `turn.steered` (the busy dispatcher's `agent.steer` took an
+//! `interleave` message; clears the turn's `no_reply` silence, §12.3 step 5;
+//! additive). Hook notifications never block the agent thread; the shim
 //! drops them when its queue is full and truncates `args` and `result` to
 //! 16,384 code points.
 //!
@@ -890,7 +898,7 @@ pub struct TurnStart {
     pub queue_depth: u32,
 }
 
-/// `turn.start` result.
+/// `turn.start` and `turn.accepted` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnStarted {
     /// The Canon turn id.
@@ -1127,8 +1135,9 @@ messages! {
         "adapter.chat_info" => AdapterChatInfo(ChatInfo),
         /// To `turn.start`.
         "turn.start" => TurnStart(TurnStarted),
-        /// To `turn.accepted`.
-        "turn.accepted" => TurnAccepted(Empty),
+        /// To `turn.accepted`: the follow-up's new turn id (added in
+        /// protocol 1 without a version bump, §19.5).
+        "turn.accepted" => TurnAccepted(TurnStarted),
         /// To `turn.complete`.
         "turn.complete" => TurnComplete(Empty),
         /// To `tool.call`.
@@ -1249,6 +1258,17 @@ pub struct SubagentStopNote {
     pub duration_ms: Option<Value>,
 }
 
+/// `turn.steered`: the running agent accepted an `interleave` message as a
+/// steer (hermes-host.md §12.3 step 5), which lifts the turn's `no_reply`
+/// silence. Additive in protocol 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteeredNote {
+    /// The session key of the running turn.
+    pub session_key: String,
+    /// The chat.
+    pub chat_id: String,
+}
+
 /// `queue.depth`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueDepthNote {
@@ -1273,6 +1293,8 @@ messages! {
         "hook.subagent_stop" => SubagentStop(SubagentStopNote),
         /// A session queue changed.
         "queue.depth" => QueueDepth(QueueDepthNote),
+        /// An interleave was accepted as a steer.
+        "turn.steered" => TurnSteered(SteeredNote),
     }
 }
 

@@ -162,6 +162,10 @@ pub const NO_REPLY_NOT_CANON: &str = "no_reply applies to the Canon turn that is
 pub const NO_REPLY_NO_TURN: &str =
     "No open Canon turn to silence. Reply normally, or simply say nothing further.";
 
+/// Message-id prefix of the synthetic `/stop` and `/new` events the shim
+/// builds from Canon runtime signals (hermes-host.md §12.3).
+pub const CONTROL_EVENT_PREFIX: &str = "canon-control:";
+
 /// `standalone.send` without a target (turns.md §4.6; exact).
 pub const STANDALONE_NO_TARGET: &str = "Canon standalone send failed: no conversation ID provided";
 
@@ -369,8 +373,9 @@ impl TurnMachine {
     pub fn handle(&mut self, input: Input, now_ms: u64) -> Vec<Effect> {
         let mut out = Vec::new();
         match input {
-            Input::ProcessingStart(start) => self.on_start(start, false, now_ms, &mut out),
-            Input::QueueDequeued(start) => self.on_start(start, true, now_ms, &mut out),
+            Input::ProcessingStart(start) | Input::QueueDequeued(start) => {
+                self.on_start(start, now_ms, &mut out)
+            }
             Input::ProcessingComplete {
                 request,
                 session_key,
@@ -459,13 +464,7 @@ impl TurnMachine {
 
     // ----- E1 and the dequeue boundary -----
 
-    fn on_start(
-        &mut self,
-        start: ProcessingStart,
-        dequeued: bool,
-        now: u64,
-        out: &mut Vec<Effect>,
-    ) {
+    fn on_start(&mut self, start: ProcessingStart, now: u64, out: &mut Vec<Effect>) {
         // A lifecycle turn still open in this session ends here: at a
         // dequeue it is flushed as its own turn (OQ-18); a second start
         // (startup restore, hermes-host.md §9.5) is treated the same way.
@@ -524,12 +523,9 @@ impl TurnMachine {
             }));
         }
         self.sessions.insert(start.session_key, turn);
-        let answer = if dequeued {
-            HostReply::Done
-        } else {
-            HostReply::TurnStarted { turn_id: id }
-        };
-        out.push(reply(start.request, answer));
+        // `turn.accepted` answers the new id too, so the shim can hand the
+        // follow-up's turn over in a `resync` (hermes-host.md §19.10).
+        out.push(reply(start.request, HostReply::TurnStarted { turn_id: id }));
     }
 
     // ----- E12–E14 -----
@@ -644,6 +640,22 @@ impl TurnMachine {
         let expect_edits = truthy(send.metadata.get("expect_edits"));
         let notify = truthy(send.metadata.get("notify"));
         let config = self.config;
+        if replies_to_control_event(&send) {
+            // Hermes answers a Canon stop/new signal with a command reply
+            // ("⚡ Stopped…"). The human pressed the control in Canon, which
+            // shows the turn's state; posting the reply would make it the
+            // stopped turn's `turn_complete` (or a message replying to an id
+            // Canon never issued), so it is acknowledged and not written.
+            let turn_id = self
+                .open_turn_mut(send.session_key.as_deref(), &send.conversation_id)
+                .map(|t| t.id.clone())
+                .unwrap_or_default();
+            out.push(reply(
+                send.request,
+                HostReply::Send(SendOutcome::SuppressedAuxiliary { turn_id }),
+            ));
+            return;
+        }
         if let Some(turn) = self.open_turn_mut(send.session_key.as_deref(), &send.conversation_id) {
             let turn_id = turn.id.clone();
             let previewing = notify || expect_edits;
@@ -1685,6 +1697,18 @@ fn reply(request: RequestId, reply: HostReply) -> Effect {
 }
 
 /// Python truthiness of a marker.
+/// Whether a host send answers a synthetic control event
+/// ([`CONTROL_EVENT_PREFIX`]), by `reply_to` or Hermes' reply metadata.
+fn replies_to_control_event(send: &HostSend) -> bool {
+    let control = |id: Option<&str>| id.is_some_and(|id| id.starts_with(CONTROL_EVENT_PREFIX));
+    control(send.reply_to.as_deref())
+        || control(
+            send.metadata
+                .get("reply_to_message_id")
+                .and_then(Value::as_str),
+        )
+}
+
 fn truthy(value: Option<&Value>) -> bool {
     match value {
         None | Some(Value::Null) => false,

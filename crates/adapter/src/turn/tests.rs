@@ -1262,7 +1262,7 @@ fn dequeue_is_a_turn_boundary() {
             "ack conv-1 m2",
             "read conv-1",
             "turn thinking T2 q=0 active=m2",
-            "reply r3 done",
+            "reply r3 started T2",
         ]),
         (3, send_with(4, Some(S1), "Answer two", json!({"expect_edits": true})), &[
             "stream set T2 text=\"Answer two\" blocks=[text:T2:1:running]",
@@ -1883,5 +1883,64 @@ fn previews_outside_a_turn_use_the_session_turn_id() {
             edit(5, "More", true),
             &["deliver op3 messages conv-1 [base turn_complete \"More\"]"],
         ),
+    ]);
+}
+
+/// Hermes' reply to a Canon stop signal (a `notify` send answering the
+/// synthetic `canon-control:` event) is acknowledged and never becomes the
+/// stopped turn's `turn_complete`.
+#[test]
+fn reply_to_a_control_event_is_never_written() {
+    let stopped = Input::Send(HostSend {
+        request: RequestId(3),
+        session_key: Some(S1.to_owned()),
+        conversation_id: C1.to_owned(),
+        content: "⚡ Stopped. You can continue this session.".to_owned(),
+        reply_to: Some("canon-control:interrupt:1796010678.17".to_owned()),
+        metadata: meta(json!({"notify": true})),
+        random: rand(9),
+    });
+    let after_turn = Input::Send(HostSend {
+        request: RequestId(5),
+        session_key: Some(S1.to_owned()),
+        conversation_id: C1.to_owned(),
+        content: "✨ Started a new session.".to_owned(),
+        reply_to: None,
+        metadata: meta(
+            json!({"notify": true, "reply_to_message_id": "canon-control:new_session:1.0"}),
+        ),
+        random: rand(10),
+    });
+    check(vec![
+        (
+            0,
+            start(1, "m1", 5),
+            &[
+                "read conv-1",
+                "turn thinking T5 q=0 active=m1",
+                "reply r1 started T5",
+            ],
+        ),
+        (
+            1,
+            preview(2, "Partial ▉"),
+            &[
+                "stream set T5 text=\"Partial ▉\" blocks=[text:T5:1:running]",
+                "turn streaming T5 q=0",
+                "reply r2 preview T5",
+            ],
+        ),
+        (2, stopped, &["reply r3 aux T5"]),
+        (
+            3,
+            complete(4, Outcome::Cancelled),
+            &[
+                "stream clear conv-1",
+                "turn interrupted T5 q=0",
+                "typing.resume conv-1",
+                "reply r4 done",
+            ],
+        ),
+        (4, after_turn, &["reply r5 aux "]),
     ]);
 }

@@ -302,12 +302,12 @@ pub const NO_REPLY_ACK_NOTE: &str = "Acknowledged — nothing was posted to the 
 pub enum HostReply {
     /// For `adapter.send` and `adapter.edit`.
     Send(SendOutcome),
-    /// For `turn.start`.
+    /// For `turn.start` and `turn.accepted`.
     TurnStarted {
         /// The new turn id.
         turn_id: String,
     },
-    /// For `turn.accepted`, `turn.complete` and `resync` (`{}`).
+    /// For `turn.complete` and `resync` (`{}`).
     Done,
     /// For the `no_reply` action of `canon_runtime_control`.
     NoReply(NoReplyOutcome),

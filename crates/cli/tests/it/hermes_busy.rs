@@ -201,8 +201,7 @@ fn last_state(sim: &SimHandle, turn_id: &str) -> Option<String> {
     turn_states(sim).get(turn_id)?.last().cloned()
 }
 
-/// The last turn id whose state listed `message_id` as active (a message replayed by Hermes'
-/// startup restore opens a turn twice, hermes-host.md §9.5).
+/// The last turn id whose state listed `message_id` as active.
 fn turn_of(sim: &SimHandle, message_id: &str) -> Option<String> {
     sim.read_state(|s| {
         s.turn_history
@@ -480,6 +479,168 @@ print(hasattr(runner._promote_queued_event, '_canon_owner'), b._busy_session_han
             "False True True",
             "True",
             "False None",
+        ],
+        "{out}"
+    );
+}
+
+/// A connected adapter `a` on `runner` whose daemon is a stub `d` recording every frame; the
+/// stub answers `turn.start` and `turn.accepted` with `T-<event_ref>`. `event(id)` builds an
+/// inbound event of chat `c1` whose `event_ref` is `ev-<id>`.
+const FAKE_DAEMON: &str = r#"
+import concurrent.futures
+from gateway.platforms.base import MessageEvent, ProcessingOutcome
+class FakeDaemon:
+    def __init__(self): self.frames = []
+    def alive(self): return True
+    def request(self, kind, body):
+        self.frames.append((kind, body))
+        fut = concurrent.futures.Future()
+        turn = kind in ("turn.start", "turn.accepted")
+        fut.set_result({"turn_id": "T-" + body["event_ref"]} if turn else {})
+        return fut
+    async def acall(self, kind, body, timeout): return self.request(kind, body).result()
+    def notify(self, kind, body): self.frames.append((kind, body))
+shim.SUPERVISOR.child = d = FakeDaemon()
+a = cls(PlatformConfig(enabled=True))
+a.set_busy_session_handler(runner._handle_active_session_busy_message)
+a.gateway_runner = runner
+def event(mid, **kw):
+    source = a.build_source(chat_id="c1", chat_type="dm", user_id="u1", user_name="Ana")
+    ev = MessageEvent(text="hi " + mid, source=source, message_id=mid, **kw)
+    ev._canon_ref = "ev-" + mid
+    return ev
+def kinds(): return [k for k, _ in d.frames]
+"#;
+
+/// Task-level shim behaviour of the dequeue boundary (hermes-host.md §19.10): the follow-up's
+/// turn id from `turn.accepted` replaces the open turn `resync` would hand over, and the turn
+/// boundary at `on_processing_complete` removes it.
+#[test]
+fn dequeued_follow_up_is_tracked_for_resync() {
+    let code = r#"
+first, second = event("m1"), event("m2")
+key = a._key(first.source)
+asyncio.run(a.on_processing_start(first))
+print(a._open[key]["turn_id"])
+runner._promote_queued_event(key, a, second)
+print(key in a._deq, a._open[key]["turn_id"])
+a._flush(key, force=True)
+print(a._open[key]["turn_id"], a._open[key]["event"]["message_id"], a._open[key]["event_ref"])
+asyncio.run(a.on_processing_complete(first, ProcessingOutcome.SUCCESS))
+print(key in a._open, kinds())
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{FAKE_DAEMON}{code}"), &[]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "T-ev-m1",
+            "True T-ev-m1",
+            "T-ev-m2 m2 ev-m2",
+            "False ['turn.start', 'turn.accepted', 'turn.complete']",
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §12.3 step 5: an `interleave` the running agent accepts as a steer is consumed
+/// and reported as `turn.steered`; a refused steer falls back to the queue.
+#[test]
+fn accepted_steer_is_reported_to_the_daemon() {
+    let code = r#"
+class Agent:
+    def __init__(self, ok): self.ok = ok
+    def steer(self, text): return self.ok
+    def interrupt(self, message=None): pass
+ev = event("m3", metadata={"deliveryIntent": "interleave"})
+key = a._key(ev.source)
+runner._running_agents[key] = Agent(True)
+print(asyncio.run(a._busy(ev, key)), d.frames)
+d.frames.clear()
+runner._running_agents[key] = Agent(False)
+print(asyncio.run(a._busy(ev, key)), kinds())
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{FAKE_DAEMON}{code}"), &[]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "True [('turn.steered', {'session_key': 'agent:main:canon:dm:c1', 'chat_id': 'c1'})]",
+            "True ['queue.depth']",
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §9.5: the no-op pass of a message that arrives during Hermes' startup restore
+/// opens and closes no Canon turn; the replay of the same event object (and an internal event
+/// during the restore) does.
+#[test]
+fn startup_restore_no_op_pass_opens_no_turn() {
+    let code = r#"
+def run(ev):
+    asyncio.run(a.on_processing_start(ev))
+    asyncio.run(a.on_processing_complete(ev, ProcessingOutcome.SUCCESS))
+runner._startup_restore_in_progress = True
+ev = event("m4")
+run(ev)
+print(kinds())
+ev._hermes_startup_restore_replay = True
+run(ev)
+print(kinds())
+d.frames.clear()
+run(event("m5", internal=True))
+print(kinds())
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{FAKE_DAEMON}{code}"), &[]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "[]",
+            "['turn.start', 'turn.complete']",
+            "['turn.start', 'turn.complete']",
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §19.7 and Q8: each hand-off file goes into Hermes' cache with the helper for
+/// its kind (keeping its extension or document name); an item Hermes refuses or that cannot be
+/// read is dropped, every temp file is deleted, and the log never quotes the bytes.
+#[test]
+fn inbound_media_move_into_hermes_cache() {
+    let code = r#"
+import base64, logging, os, tempfile
+records = []
+class Capture(logging.Handler):
+    def emit(self, record): records.append(record.getMessage())
+shim.log.addHandler(Capture())
+tmp = tempfile.mkdtemp()
+def handoff(name, data):
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==")
+media = [
+    {"path": handoff("a", png), "mime_type": "image/png", "kind": "image", "file_name": "dot.png"},
+    {"path": handoff("b", b"<html>secret page</html>"), "mime_type": "image/jpeg", "kind": "image"},
+    {"path": handoff("c", b"%PDF-1.4"), "mime_type": "application/pdf", "kind": "document",
+     "file_name": "report.pdf"},
+    {"path": handoff("d", b"OggS"), "mime_type": "audio/ogg", "kind": "audio", "file_name": None},
+    {"path": os.path.join(tmp, "gone"), "mime_type": "video/mp4", "kind": "video", "file_name": "v.mp4"},
+]
+paths, types = shim._cache_media(media)
+print([os.path.basename(p).split("_")[0] + os.path.splitext(p)[1] for p in paths], types)
+print(open(paths[0], "rb").read() == png, paths[1].endswith("_report.pdf"), os.listdir(tmp))
+print(len(records), any("secret" in r for r in records))
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{code}"), &[]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "['img.png', 'doc.pdf', 'audio.ogg'] ['image/png', 'application/pdf', 'audio/ogg']",
+            "True True []",
+            "2 False",
         ],
         "{out}"
     );

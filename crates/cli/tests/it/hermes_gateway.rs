@@ -12,6 +12,8 @@
 //! | another agent's progress part: no wake, background next turn | turns.md §9.2–9.3 |
 //! | ambiguous failure of the final: replay under the same id | turns.md §4.4, §4.7 |
 //! | cron job to the home channel: untruncated parts, one standalone id group via `send_to` | hermes-host.md §15, turns.md §4.6 |
+//! | message during the startup restore: one Canon turn for the no-op pass and the replay | hermes-host.md §9.5 |
+//! | inbound PNG: Hermes' image cache, the model sees it, no hand-off file left | hermes-host.md §19.7, Q8 |
 
 use std::path::Path;
 use std::process::Command;
@@ -1054,6 +1056,168 @@ async fn real_gateway_cron_job_delivers_to_the_home_channel() {
             json!({"conversationId": HOME_CHANNEL, "idempotencyKey": client_id})
         );
     }
+}
+
+/// hermes-host.md §9.5: a message that arrives while Hermes runs its startup restore gets a
+/// no-op processing pass (the runner queues the event) and is replayed once the restore ends. The
+/// shim opens no Canon turn for the no-op pass, so Canon sees exactly one turn either way. The
+/// message is injected right after the gateway is ready, before it settled; the gateway log
+/// tells whether it really fell into the window (it did in every local run).
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_message_during_startup_restore_is_one_turn() {
+    let sim = Sim::start(SimConfig::for_tests())
+        .await
+        .expect("the simulator starts");
+    let model = model_server(json!([{"match": {}, "reply": {"text": ANSWER}}])).await;
+    let mut gateway = tokio::task::block_in_place(|| start_gateway(&sim, &model));
+    // Ready, not settled: Hermes is still inside its startup restore.
+    sim.wait_for("stream open", TURN, |s| !s.open_streams.is_empty())
+        .await
+        .expect("the daemon holds the stream");
+    let inbound = sim
+        .inject_message(&Injection {
+            text: Some("hello during startup".into()),
+            ..Injection::default()
+        })
+        .expect("inject");
+    tokio::task::block_in_place(|| gateway.wait_settled());
+    let inbound_id = inbound["id"].as_str().expect("an id").to_owned();
+    let sc = Scenario {
+        sim,
+        model,
+        gateway,
+    };
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Whether the message fell into the window; the invariant holds either way.
+    let queued = sc
+        .gateway
+        .output()
+        .contains("Queued inbound message during gateway startup restore");
+
+    let turns = sc.turn_history(DEFAULT_CONVERSATION);
+    let ids: std::collections::BTreeSet<&str> =
+        turns.iter().filter_map(|t| t["turnId"].as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "one Canon turn (queued: {queued}): {turns:#?}"
+    );
+    assert_eq!(turns[0]["activeMessageIds"], json!([inbound_id]));
+    assert_eq!(
+        state_sequence(&turns).first().map(String::as_str),
+        Some("thinking")
+    );
+    assert_eq!(
+        state_sequence(&turns).last().map(String::as_str),
+        Some("completed")
+    );
+    let messages = sc.agent_messages(DEFAULT_CONVERSATION);
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(is_turn_complete(&messages[0]), "{:#}", messages[0]);
+    assert_eq!(messages[0]["text"], ANSWER);
+    assert_eq!(messages[0]["replyTo"], inbound_id.as_str());
+}
+
+/// A 1×1 RGBA PNG.
+const PNG_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
+
+/// The regular files in `dir` and below (none when it does not exist).
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// hermes-host.md §19.7 and Q8: an inbound image goes daemon temp file (0600 under
+/// `<CANON_HOME>/tmp/`) → shim → `cache_image_from_bytes` → `MessageEvent.media_urls`; Hermes
+/// hands it to the model and the temp file is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_inbound_image_reaches_hermes_cache() {
+    let canon_home = tempfile::tempdir().expect("scratch dir");
+    let options = GatewayOptions {
+        env: vec![
+            ("CANON_HOME".into(), canon_home.path().display().to_string()),
+            ("HERMES_ALLOW_PRIVATE_URLS".into(), "true".into()),
+        ],
+        ..GatewayOptions::default()
+    };
+    let sc = Scenario::start(json!([{"match": {}, "reply": {"text": ANSWER}}]), options).await;
+    sc.inject(Injection {
+        text: Some("what is in this picture".into()),
+        raw_attachments: vec![
+            json!({"bytesBase64": PNG_BASE64, "mimeType": "image/png", "fileName": "dot.png"}),
+        ],
+        ..Injection::default()
+    });
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let turns = sc.turn_history(DEFAULT_CONVERSATION);
+    let ids: std::collections::BTreeSet<&str> =
+        turns.iter().filter_map(|t| t["turnId"].as_str()).collect();
+    assert_eq!(ids.len(), 1, "{turns:#?}");
+    let messages = sc.agent_messages(DEFAULT_CONVERSATION);
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(is_turn_complete(&messages[0]), "{:#}", messages[0]);
+
+    // Hermes cached the image under its own home …
+    let hermes_home = sc.gateway.home.path().join("hermes");
+    let cached: Vec<_> = files_under(&hermes_home)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("img_") && n.ends_with(".png"))
+        })
+        .collect();
+    assert_eq!(cached.len(), 1, "{cached:?}\n{}", sc.gateway.log_tail());
+    let bytes = std::fs::read(&cached[0]).expect("the cached image");
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} bytes",
+        bytes.len()
+    );
+    // … and the model saw it. 0.19.0 routes images of a model without known native vision as
+    // text: an auxiliary vision request carries the pixels as an `image_url` part, and the turn's
+    // user message carries the description and the cached path.
+    let cached_path = cached[0].to_str().expect("a UTF-8 path");
+    let requests = sc.turn_requests();
+    let data_url = format!("data:image/png;base64,{PNG_BASE64}");
+    let has_pixels = |r: &Value| {
+        r["messages"].as_array().into_iter().flatten().any(|m| {
+            m["content"].as_array().into_iter().flatten().any(|part| {
+                part["type"] == "image_url" && part["image_url"]["url"] == data_url.as_str()
+            })
+        })
+    };
+    assert!(requests.iter().any(has_pixels), "{requests:#?}");
+    let turn_request = requests
+        .iter()
+        .rfind(|r| r.to_string().contains("what is in this picture"))
+        .unwrap_or_else(|| sc.fail("no turn request"));
+    let user = turn_request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rfind(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    assert!(
+        user.contains(&format!("image_url: {cached_path}")),
+        "{user}"
+    );
+    // The daemon wrote its hand-off under CANON_HOME/tmp, and nothing is left there.
+    let tmp = canon_home.path().join("tmp");
+    assert!(tmp.is_dir(), "the daemon used CANON_HOME");
+    assert_eq!(files_under(&tmp), Vec::<std::path::PathBuf>::new());
 }
 
 /// Runs `code` in the venv's Python with the shim loaded as module `shim`; returns stdout.

@@ -1,6 +1,7 @@
 //! Runs the real `canon-hermes serve --stdio` binary against canon-sim, speaking the shim side of
 //! the JSON-lines protocol (hermes-host.md §19): handshake, an inbound wake, a streamed turn that
-//! ends in exactly one `turn_complete`, a 20 KB answer in ordered parts, exit on stdin EOF or
+//! ends in exactly one `turn_complete`, a 20 KB answer in ordered parts, `no_reply` and its
+//! lifting by `turn.steered`, `turn.accepted` answering the follow-up's turn id, exit on stdin EOF or
 //! when the parent process is gone, the connect sequence's conversation cache, runtime control
 //! signals (doorbell and poll), `probe`, `adapter.chat_info`, out-of-turn sends (one
 //! standalone id group through `send_to`, replayed without duplicates after an ambiguous
@@ -484,6 +485,126 @@ async fn no_reply_silences_the_turn_and_records_the_silence() {
     assert!(
         agent_messages(&sim).is_empty(),
         "a silenced turn posts nothing"
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// Streams `text` into `turn_id` and finalizes it (staged until `turn.complete`).
+async fn stage_final(shim: &mut Shim, turn_id: &str, text: &str) {
+    let sent = shim
+        .request(
+            "adapter.send",
+            json!({"chat_id": DEFAULT_CONVERSATION, "content": text,
+                   "metadata": {"expect_edits": true}, "ctx": ctx()}),
+        )
+        .await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+    let edited = shim
+        .request(
+            "adapter.edit",
+            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id, "content": text,
+                   "finalize": true, "ctx": ctx()}),
+        )
+        .await;
+    assert_eq!(edited["body"]["success"], true, "{edited}");
+}
+
+/// `turn.steered` after `no_reply`: the steer lifts the silence (hermes-host.md §12.3 step 5),
+/// so the turn's final is delivered after all.
+#[tokio::test(flavor = "multi_thread")]
+async fn accepted_steer_lifts_the_no_reply_silence() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let (event_ref, turn_id) = open_turn(&mut shim, &sim, "nothing to say yet").await;
+    let tool = shim
+        .request(
+            "tool.call",
+            json!({"name": "canon_runtime_control", "args": {"action": "no_reply"},
+                   "ctx": ctx()}),
+        )
+        .await;
+    let result: Value = serde_json::from_str(tool["body"]["result"].as_str().expect("result"))
+        .expect("the tool result is JSON");
+    assert_eq!(result["status"], "acknowledged", "{tool}");
+    shim.write(&json!({"v": 1, "type": "turn.steered",
+        "body": {"session_key": SESSION, "chat_id": DEFAULT_CONVERSATION}}))
+        .await;
+    stage_final(&mut shim, &turn_id, "Steered answer.").await;
+    complete_turn(&mut shim, &event_ref).await;
+    assert_eq!(
+        agent_messages(&sim),
+        vec![("Steered answer.".to_owned(), "turn_complete".to_owned())]
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// `turn.accepted` (a dequeued follow-up, OQ-18) answers the follow-up's own turn id, and the
+/// follow-up's final lands under it (hermes-host.md §19.6, additive).
+#[tokio::test(flavor = "multi_thread")]
+async fn turn_accepted_answers_the_follow_ups_turn_id() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let (_first_ref, first_turn) = open_turn(&mut shim, &sim, "first question").await;
+    stage_final(&mut shim, &first_turn, "First answer.").await;
+
+    sim.inject_message(&Injection {
+        text: Some("second question".to_owned()),
+        ..Injection::default()
+    })
+    .expect("inject");
+    let inbound = shim.expect("inbound.message").await;
+    shim.answer(&inbound, json!({"accepted": true})).await;
+    let second_ref = inbound["body"]["event_ref"].as_str().expect("event_ref");
+    let message_id = &inbound["body"]["event"]["message_id"];
+    let accepted = shim
+        .request(
+            "turn.accepted",
+            json!({"event_ref": second_ref, "session_key": SESSION, "phase": "queue_dequeue",
+                   "event": {"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm",
+                             "user_id": DEFAULT_OWNER, "message_id": message_id}}),
+        )
+        .await;
+    assert_eq!(accepted["ok"], true, "{accepted}");
+    let second_turn = accepted["body"]["turn_id"]
+        .as_str()
+        .expect("turn.accepted answers a turn id")
+        .to_owned();
+    assert_ne!(second_turn, first_turn);
+
+    stage_final(&mut shim, &second_turn, "Second answer.").await;
+    complete_turn(&mut shim, second_ref.to_owned().as_str()).await;
+    sim.wait_for("two finals", WAIT, |s| {
+        s.messages
+            .iter()
+            .filter(|m| m.message["senderId"] == DEFAULT_AGENT)
+            .count()
+            >= 2
+    })
+    .await
+    .expect("both turns deliver their final");
+    let finals: Vec<(String, String)> = sim.read_state(|s| {
+        s.messages
+            .iter()
+            .filter(|m| m.message["senderId"] == DEFAULT_AGENT)
+            .map(|m| {
+                (
+                    m.message["metadata"]["turnId"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    m.message["text"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    });
+    assert_eq!(
+        finals,
+        [
+            (first_turn, "First answer.".to_owned()),
+            (second_turn, "Second answer.".to_owned())
+        ]
     );
     assert_eq!(shim.close().await, Some(0));
 }

@@ -8,11 +8,13 @@ holds what needs Hermes objects: the adapter, the busy seam (§12.3) and the chi
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import importlib.metadata
 import itertools
 import json
 import logging
+import mimetypes
 import os
 import queue
 import shutil
@@ -40,6 +42,7 @@ CRASH_LOOP = "canon-hermes daemon keeps exiting; see gateway.log"
 BACKOFF = (0.5, 1, 2, 4, 8, 16, 30)  # seconds before the n-th background respawn (§19.10)
 CRASH_LIMIT, CRASH_WINDOW = 5, 300  # that many exits within that many seconds = crash loop
 INTENTS = ("queue", "interrupt", "interleave", "stop")
+OGG = {"audio/ogg": ".ogg", "audio/opus": ".ogg"}  # Hermes' transcription refuses .oga and .opus
 APPROVAL_WORDS = frozenset((  # [parity] plain-text approval answers that bypass routing (§12.3)
     "approve", "yes", "ok", "okay", "confirm", "y", "\U0001f44d", "deny", "no", "reject", "cancel",
     "n", "\U0001f44e", "always", "approve always", "always approve", "session", "approve session",
@@ -349,6 +352,40 @@ def _queued_disposition(event):
     return any(isinstance(m, dict) and m.get("inboundDisposition") == "queued" for m in metas)
 
 
+def _cache_media(media):
+    """Moves the daemon's hand-off files (0600, under <CANON_HOME>/tmp) into Hermes' cache with the
+    helper for their kind (§19.7, Q8): returns (paths, MIME types) without the items Hermes
+    refuses; every temp file is deleted either way."""
+    from gateway.platforms import base
+    paths, types = [], []
+    for item in media:
+        path, kind, name, mime = (item.get(k) or "" for k in ("path", "kind", "file_name", "mime_type"))
+        try:
+            data = Path(path).read_bytes()
+            if kind == "document":
+                paths.append(base.cache_document_from_bytes(data, name or "document"))
+            else:  # cache_image_from_bytes, cache_audio_from_bytes, cache_video_from_bytes
+                helper = getattr(base, "cache_%s_from_bytes" % kind)
+                ext = Path(name).suffix.lower() or OGG.get(mime) or mimetypes.guess_extension(mime)
+                paths.append(helper(data, ext) if ext else helper(data))
+            types.append(mime)
+        except Exception as exc:  # its message may quote the bytes: log the type only
+            log.warning("canon-hermes: inbound %s attachment dropped (%s)", kind, type(exc).__name__)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return paths, types
+
+
+def _done(kind, then=None):
+    """A done-callback (reader thread): logs a failed `kind`, else hands its result to `then`."""
+    def callback(fut):
+        if fut.exception():
+            log.warning("canon-hermes: %s failed: %s", kind, fut.exception())
+        elif then is not None:
+            then(fut.result())
+    return callback
+
+
 def _make_adapter_class():
     from gateway.config import Platform
     from gateway.platforms.base import BasePlatformAdapter, MessageEvent, MessageType
@@ -396,11 +433,7 @@ def _make_adapter_class():
             with sup.crash_lock:  # a fresh adapter starts a fresh crash-loop count
                 sup.halted, sup.crashes, sup.adapter = False, [], None
             try:
-                d = await sup.aget()
-                d.handler = lambda frame: self._on_frame(d, frame)
-                body = await d.acall("adapter.connect", self._connect_body(is_reconnect), 28)
-                if not body.get("connected"):
-                    raise DaemonError.of(body.get("fatal") or {}, "connect_failed")
+                body = await asyncio.to_thread(self._attach, await sup.aget(), is_reconnect)
             except DaemonError as exc:
                 self._set_fatal_error(exc.code, str(exc), retryable=exc.retryable)
                 return False
@@ -413,12 +446,17 @@ def _make_adapter_class():
             self._mark_connected()
             return True
 
-        def _resync(self, d):
-            """After a respawn (worker thread): reconnect, then hand the open turns over."""
+        def _attach(self, d, is_reconnect):
+            """Routes the child's frames here and sends `adapter.connect` (blocking)."""
             d.handler = lambda frame: self._on_frame(d, frame)
-            body = d.call("adapter.connect", self._connect_body(True), 28)
+            body = d.call("adapter.connect", self._connect_body(is_reconnect), 28)
             if not body.get("connected"):
                 raise DaemonError.of(body.get("fatal") or {}, "connect_failed")
+            return body
+
+        def _resync(self, d):
+            """After a respawn (worker thread): reconnect, then hand the open turns over."""
+            self._attach(d, True)
             turns = list(self._open.values())
             depths = {t["session_key"]: self._depth(t["session_key"]) for t in turns}
             d.call("resync", {"adapter_connected": True, "open_turns": turns, "queue_depths": depths}, 30)
@@ -491,18 +529,34 @@ def _make_adapter_class():
         def _ref(event):
             return getattr(event, "_canon_ref", None) or "shim:%x" % id(event)
 
+        def _track(self, key, ref, summary, started, body):
+            """Keeps the turn Canon opened for `ref` for `resync` (§19.10) while it still runs."""
+            if body.get("turn_id") and self._runs.get(key) == ref:
+                self._open[key] = {"event_ref": ref, "session_key": key, "turn_id": body["turn_id"],
+                                   "event": summary, "started_at_ms": started}
+
+        def _restore_noop(self, event):
+            """Hermes' no-op pass for a message that arrived during its startup restore (§9.5): the
+            runner queues the event and replays the same object later, marked as a replay."""
+            runner = getattr(self, "gateway_runner", None) or self._runner
+            return bool(getattr(runner, "_startup_restore_in_progress", False)) and not event.internal \
+                and not getattr(event, "_hermes_startup_restore_replay", False)
+
         async def on_processing_start(self, event):
+            if self._restore_noop(event):  # no Canon turn; the replay opens the real one
+                event._canon_restore_noop = True
+                return
             key, ref, summary = self._key(event.source), self._ref(event), _summary(event)
             started = int(time.time() * 1000)
             self._runs[key] = ref
             self._cut.discard(key)
             body = await _call("turn.start", {"event_ref": ref, "session_key": key, "event": summary,
                                               "queue_depth": self._depth(key)}, 30)
-            if body.get("turn_id"):
-                self._open[key] = {"event_ref": ref, "session_key": key, "turn_id": body["turn_id"],
-                                   "event": summary, "started_at_ms": started}
+            self._track(key, ref, summary, started, body)
 
         async def on_processing_complete(self, event, outcome):
+            if vars(event).pop("_canon_restore_noop", False):  # the no-op pass's end
+                return
             key = self._key(event.source)
             self._flush(key, force=True)
             self._open.pop(key, None)
@@ -581,16 +635,16 @@ def _make_adapter_class():
             if d is None:
                 log.warning("canon-hermes: daemon down; turn boundary for %s lost", key)
                 return
-            frames = [("turn.accepted", body)]
             if key in self._cut and self._runs.get(key):
-                frames.insert(0, ("turn.complete", {"event_ref": self._runs[key], "session_key": key,
-                                                    "outcome": "cancelled", "queue_depth": body["queue_depth"]}))
+                d.request("turn.complete", {"event_ref": self._runs[key], "session_key": key, "outcome": "cancelled",
+                                            "queue_depth": body["queue_depth"]}
+                          ).add_done_callback(_done("turn.complete"))
             self._cut.discard(key)
-            self._open.pop(key, None)  # the daemon opens a new turn; its id is not returned
-            self._runs[key] = body["event_ref"]
-            for kind, frame in frames:
-                d.request(kind, frame).add_done_callback(lambda f, kind=kind: f.exception() and log.warning(
-                    "canon-hermes: %s failed: %s", kind, f.exception()))
+            self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
+            self._runs[key] = ref = body["event_ref"]
+            started = int(time.time() * 1000)
+            d.request("turn.accepted", body).add_done_callback(_done(
+                "turn.accepted", lambda result: self._track(key, ref, body["event"], started, result)))
 
         def _delegate_for(self, event, key):
             """The §12.3 step-1 conditions under which the runner's own handler decides."""
@@ -628,6 +682,7 @@ def _make_adapter_class():
                 try:
                     text = (event.text or "").strip()
                     if text and live and hasattr(agent, "steer") and agent.steer(text):
+                        self._note("turn.steered", {"session_key": key, "chat_id": event.source.chat_id})
                         return True
                 except Exception as exc:
                     log.warning("canon-hermes: steer failed: %s", exc)
@@ -668,7 +723,8 @@ def _make_adapter_class():
 
         async def _handle(self, kind, body):
             if kind == "inbound.message":
-                await self.handle_message(self._event(body["event"], body["event_ref"]))
+                media = await asyncio.to_thread(_cache_media, body["event"].get("media") or [])
+                await self.handle_message(self._event(body["event"], body["event_ref"], *media))
                 return {"accepted": True}
             if kind == "control.signal":
                 await self._control(body)
@@ -708,7 +764,7 @@ def _make_adapter_class():
             if signal == "stop_and_drop":
                 self._drop_queue(key)
 
-        def _event(self, ev, ref):
+        def _event(self, ev, ref, media_urls=(), media_types=()):
             src = ev.get("source") or {}
             source = self.build_source(chat_id=src.get("chat_id"), chat_name=src.get("chat_name"),
                                        chat_type=src.get("chat_type") or "dm", user_id=src.get("user_id"),
@@ -717,12 +773,11 @@ def _make_adapter_class():
                 mtype = MessageType(ev.get("message_type") or "text")
             except ValueError:
                 mtype = MessageType.TEXT
-            meta, media = dict(ev.get("metadata") or {}), ev.get("media") or []
+            meta = dict(ev.get("metadata") or {})
             event = MessageEvent(text=ev.get("text") or "", message_type=mtype, source=source,
                                  raw_message=ev.get("raw"), message_id=ev.get("message_id"),
                                  reply_to_message_id=ev.get("reply_to_message_id"),
-                                 media_urls=[m["path"] for m in media],
-                                 media_types=[m.get("mime_type") or "" for m in media],
+                                 media_urls=list(media_urls), media_types=list(media_types),
                                  channel_prompt=ev.get("channel_prompt"), channel_context=ev.get("channel_context"),
                                  internal=bool(ev.get("internal")), metadata=meta)
             event._canon_ref, event.delivery_intent = ref, meta.get("deliveryIntent")
