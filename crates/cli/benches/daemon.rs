@@ -1,6 +1,6 @@
 //! End-to-end figures of the real `canon-hermes serve --stdio` daemon against canon-sim, driven
-//! by a Rust fake shim over the JSON-lines protocol (hermes-host.md §19), the same way
-//! `tests/it/serve_stdio.rs` does. Prints a table; asserts nothing about time.
+//! by the Rust fake shim of the integration tests (`tests/it/shim_support.rs`) over the
+//! JSON-lines protocol (hermes-host.md §19). Prints a table; asserts nothing about time.
 //!
 //! * Added latency: (a) the injected message's event is stored in the sim, just before the sim
 //!   announces it to its SSE writer → `inbound.message` line read from the daemon's stdout;
@@ -24,21 +24,20 @@
 // The table on stdout is this benchmark's output.
 #![allow(clippy::print_stdout)]
 
-use std::collections::VecDeque;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use canon_sim::config::SimConfig;
 use canon_sim::control::Injection;
-use canon_sim::{ConversationSpec, Sim, SimHandle, DEFAULT_AGENT, DEFAULT_OWNER};
+use canon_sim::{ConversationSpec, SimHandle, DEFAULT_AGENT, DEFAULT_OWNER};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::mpsc;
 
-const WAIT: Duration = Duration::from_secs(10);
+// The fake shim of the integration tests; its helpers used by only one of the two binaries
+// carry `#[allow(dead_code)]` with the reason.
+#[path = "../tests/it/shim_support.rs"]
+mod shim_support;
+
+use shim_support::{Shim, WAIT};
 
 /// The daemon's final-to-clear handoff (turns.md §7.5; `FINAL_HANDOFF_MS`).
 const HANDOFF: Duration = Duration::from_millis(750);
@@ -77,180 +76,11 @@ const SMOKE: Counts = Counts {
     gap: Duration::from_millis(1),
 };
 
-/// A frame and the instant a dedicated reader task read its line from the daemon's stdout.
-type Frame = (Value, Instant);
-
-/// The shim side of one daemon child.
-struct Shim {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    frames: mpsc::UnboundedReceiver<Frame>,
-    next_id: u64,
-    /// Frames read while waiting for something else.
-    backlog: VecDeque<Frame>,
-}
-
-impl Shim {
-    fn spawn(sim: &SimHandle) -> Shim {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_canon-hermes"))
-            .args(["serve", "--stdio"])
-            .env("CANON_API_KEY", sim.api_key())
-            .env("CANON_BASE_URL", sim.base_url())
-            .env("CANON_STREAM_URL", sim.stream_url())
-            .env_remove("CANON_ENVIRONMENT_ID")
-            .env_remove("CANON_HOME_CHANNEL")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the binary starts");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        // Read continuously, so every frame's instant is when it could first be read.
-        let (tx, frames) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let at = Instant::now();
-                let frame = serde_json::from_str(&line).expect("stdout carries JSON frames only");
-                if tx.send((frame, at)).is_err() {
-                    break;
-                }
-            }
-        });
-        Shim {
-            child,
-            stdin,
-            frames,
-            next_id: 0,
-            backlog: VecDeque::new(),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id().expect("the daemon is running")
-    }
-
-    async fn write(&mut self, frame: &Value) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        let mut line = frame.to_string();
-        line.push('\n');
-        stdin.write_all(line.as_bytes()).await.expect("write stdin");
-        stdin.flush().await.expect("flush stdin");
-    }
-
-    async fn read(&mut self) -> Frame {
-        tokio::time::timeout(WAIT, self.frames.recv())
-            .await
-            .expect("a frame within the wait")
-            .expect("stdout open")
-    }
-
-    /// Writes a request; returns its id.
-    async fn send(&mut self, kind: &str, body: Value) -> String {
-        self.next_id += 1;
-        let id = format!("s:{}", self.next_id);
-        self.write(&json!({"v": 1, "type": kind, "id": id, "body": body}))
-            .await;
-        id
-    }
-
-    /// The reply to request `id`, keeping other frames in the backlog.
-    async fn reply(&mut self, id: &str) -> Frame {
-        let is_reply = |f: &Value| f.get("id") == Some(&json!(id)) && f.get("ok").is_some();
-        if let Some(i) = self.backlog.iter().position(|(f, _)| is_reply(f)) {
-            return self.backlog.remove(i).expect("present");
-        }
-        loop {
-            let frame = self.read().await;
-            if is_reply(&frame.0) {
-                return frame;
-            }
-            self.backlog.push_back(frame);
-        }
-    }
-
-    async fn request(&mut self, kind: &str, body: Value) -> Value {
-        let id = self.send(kind, body).await;
-        self.reply(&id).await.0
-    }
-
-    /// The next frame of `kind` (from the backlog first).
-    async fn expect(&mut self, kind: &str) -> Frame {
-        if let Some(i) = self.backlog.iter().position(|(f, _)| f["type"] == kind) {
-            return self.backlog.remove(i).expect("present");
-        }
-        loop {
-            let frame = self.read().await;
-            if frame.0["type"] == kind {
-                return frame;
-            }
-            self.backlog.push_back(frame);
-        }
-    }
-
-    /// Drops the notifications read so far (they need no answer), keeping replies.
-    fn drop_notifications(&mut self) {
-        self.backlog.retain(|(f, _)| {
-            let reply = f.get("ok").is_some();
-            assert!(reply || f.get("id").is_none(), "an unanswered request: {f}");
-            reply
-        });
-    }
-
-    async fn connect(&mut self, sim: &SimHandle) {
-        let hello = self
-            .request(
-                "hello",
-                json!({
-                    "protocols": [1],
-                    "manifest_sha256": "0".repeat(64),
-                    "shim_version": env!("CARGO_PKG_VERSION"),
-                    "binary_version": env!("CARGO_PKG_VERSION"),
-                    "hermes_version": "0.19.0",
-                    "python_version": "3.11.7",
-                    "pid": 1,
-                    "hermes_home": "/tmp/hermes",
-                }),
-            )
-            .await;
-        assert_eq!(hello["ok"], true, "{hello}");
-        let connect = self
-            .request(
-                "adapter.connect",
-                json!({
-                    "adapter_instance": 1,
-                    "config": {"extra": {}, "typing_indicator": true},
-                    "host": {"streaming_enabled": true},
-                }),
-            )
-            .await;
-        assert_eq!(connect["body"]["connected"], true, "{connect}");
-        sim.wait_for("stream open", WAIT, |s| !s.open_streams.is_empty())
-            .await
-            .expect("the daemon opens the event stream");
-    }
-
-    /// Closes stdin and waits for a clean exit.
-    async fn close(mut self) {
-        drop(self.stdin.take());
-        let status = tokio::time::timeout(WAIT, self.child.wait())
-            .await
-            .expect("the daemon exits after EOF")
-            .expect("wait works");
-        assert_eq!(status.code(), Some(0));
-    }
-}
-
 /// A simulator for the benchmark: the test configuration (frozen clock) with the message rate
 /// limits off, since hundreds of turns at one frozen instant would otherwise exhaust Canon's
 /// per-sender window.
 async fn sim() -> Arc<SimHandle> {
-    let sim = Sim::start(SimConfig::for_tests())
-        .await
-        .expect("the simulator starts");
+    let sim = shim_support::sim().await;
     sim.set_switches(|s| s.rate_limits = false);
     Arc::new(sim)
 }
@@ -301,18 +131,14 @@ async fn inbound(
         canon_sim::control::inject(s, &injection).expect("inject");
         Instant::now()
     });
-    let (frame, read) = shim.expect("inbound.message").await;
+    let (frame, read) = shim.expect_frame("inbound.message").await;
     assert!(
         frame["body"]["event"]["text"]
             .as_str()
             .is_some_and(|t| t.contains(text)),
         "{frame}"
     );
-    shim.write(
-        &json!({"v": 1, "id": frame["id"], "re": "inbound.message", "ok": true,
-                "body": {"accepted": true}}),
-    )
-    .await;
+    shim.answer(&frame, json!({"accepted": true})).await;
     (frame, injected, read - injected)
 }
 
@@ -701,7 +527,7 @@ async fn turns(counts: Counts) {
         mib(rss),
         mib(hwm)
     );
-    shim.close().await;
+    assert_eq!(shim.close().await, Some(0));
 }
 
 /// The daemon's Canon requests after journal position `since`, per turn, by route.
@@ -784,7 +610,7 @@ async fn memory(counts: Counts) {
         "(a) over those first messages, one per conversation",
         latencies,
     );
-    shim.close().await;
+    assert_eq!(shim.close().await, Some(0));
 }
 
 fn main() {

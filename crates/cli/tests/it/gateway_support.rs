@@ -205,38 +205,7 @@ pub(crate) fn start_gateway_with(
     model: &ModelServer,
     options: &GatewayOptions,
 ) -> Gateway {
-    let hermes = hermes_bin();
-    let home = tempfile::tempdir().expect("scratch dir");
-    let hermes_home = home.path().join("hermes");
-    write(
-        &hermes_home.join("config.yaml"),
-        &config_yaml(&model.base_url(), options),
-    );
-    install_shim(&hermes_home);
-    let out = fs::File::create(home.path().join("gateway.out")).expect("log file");
-    let child = Command::new(hermes)
-        .args(["gateway", "run", "-v"])
-        .current_dir(home.path())
-        .env("HERMES_HOME", &hermes_home)
-        .env("HOME", home.path())
-        .env("HERMES_DISABLE_LAZY_INSTALLS", "1")
-        .env("CANON_HERMES_BIN", env!("CARGO_BIN_EXE_canon-hermes"))
-        .env("CANON_API_KEY", sim.api_key())
-        .env("CANON_BASE_URL", sim.base_url())
-        .env("CANON_STREAM_URL", sim.stream_url())
-        .env_remove("CANON_ENVIRONMENT_ID")
-        .env_remove("CANON_HOME_CHANNEL")
-        .env_remove("HERMES_SAFE_MODE")
-        .env("RUST_LOG", "info")
-        .envs(options.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().expect("dup log"))
-        .stderr(out)
-        .spawn()
-        .expect("the Hermes gateway starts");
-    let mut gateway = Gateway { child, home };
-    gateway.wait_ready();
-    gateway
+    start_gateway_prepared(sim, model, options, |_| {})
 }
 
 impl Gateway {

@@ -6,3 +6,4 @@ mod hermes_busy;
 mod hermes_gateway;
 mod serve_media;
 mod serve_stdio;
+mod shim_support;

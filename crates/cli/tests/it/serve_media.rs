@@ -6,18 +6,14 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
-use canon_sim::config::SimConfig;
 use canon_sim::control::Injection;
 use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
-use canon_sim::{Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
+use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-const WAIT: Duration = Duration::from_secs(10);
+use super::shim_support::{sim, Shim};
 
 const PNG: &[u8] =
     b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
@@ -26,164 +22,41 @@ const PDF: &[u8] =
 
 const IMAGE_WITHHELD: &str = "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]";
 
-/// The shim side of one daemon child with its own `CANON_HOME`.
-struct Shim {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-    home: tempfile::TempDir,
-}
-
+/// The fake shim with the daemon in its own `CANON_HOME`.
 impl Shim {
     /// Spawns the daemon with a fresh `CANON_HOME`, loopback media allowed, and `env` on top
     /// (an empty value removes the variable).
-    fn spawn(sim: &SimHandle, env: &[(&str, &str)]) -> Shim {
-        Shim::spawn_in(sim, tempfile::tempdir().expect("temp dir"), env)
+    fn media(sim: &SimHandle, env: &[(&str, &str)]) -> Shim {
+        Shim::media_in(sim, tempfile::tempdir().expect("temp dir"), env)
     }
 
-    fn spawn_in(sim: &SimHandle, home: tempfile::TempDir, env: &[(&str, &str)]) -> Shim {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_canon-hermes"));
-        command
-            .args(["serve", "--stdio"])
-            .env("CANON_API_KEY", sim.api_key())
-            .env("CANON_BASE_URL", sim.base_url())
-            .env("CANON_STREAM_URL", sim.stream_url())
-            .env("CANON_HOME", home.path())
-            .env("HERMES_ALLOW_PRIVATE_URLS", "1")
-            .env_remove("CANON_ENVIRONMENT_ID")
-            .env_remove("CANON_HOME_CHANNEL")
-            .env_remove("CANON_HERMES_PARENT_PID")
-            .env_remove("CANON_HERMES_SIGNAL_POLL_MS")
-            .env_remove("CANON_INBOUND_IMAGE_DELIVERY")
-            .env_remove("CANON_INBOUND_VISUAL_MEDIA_DELIVERY")
-            .env("RUST_LOG", "warn");
-        for (name, value) in env {
-            if value.is_empty() {
-                command.env_remove(name);
-            } else {
-                command.env(name, value);
-            }
-        }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the binary starts");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        Shim {
-            child,
-            stdin,
-            lines: BufReader::new(stdout).lines(),
-            next_id: 0,
-            home,
-        }
+    /// [`Shim::media`] in the given `CANON_HOME`.
+    fn media_in(sim: &SimHandle, home: tempfile::TempDir, env: &[(&str, &str)]) -> Shim {
+        let mut all = vec![
+            ("HERMES_ALLOW_PRIVATE_URLS", "1"),
+            ("CANON_INBOUND_IMAGE_DELIVERY", ""),
+            ("CANON_INBOUND_VISUAL_MEDIA_DELIVERY", ""),
+        ];
+        all.extend_from_slice(env);
+        Shim::spawn_in(sim, home, &all)
     }
 
+    /// The hand-off directory, `<CANON_HOME>/tmp`.
     fn tmp(&self) -> PathBuf {
-        self.home.path().join("tmp")
-    }
-
-    async fn write(&mut self, frame: &Value) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        let mut line = frame.to_string();
-        line.push('\n');
-        stdin.write_all(line.as_bytes()).await.expect("write stdin");
-        stdin.flush().await.expect("flush stdin");
-    }
-
-    async fn read(&mut self) -> Value {
-        let line = tokio::time::timeout(WAIT, self.lines.next_line())
-            .await
-            .expect("a frame within the wait")
-            .expect("stdout readable")
-            .expect("stdout open");
-        serde_json::from_str(&line).expect("stdout carries JSON frames only")
-    }
-
-    /// Sends a request and returns its response, dropping notifications read meanwhile.
-    async fn request(&mut self, kind: &str, body: Value) -> Value {
-        self.next_id += 1;
-        let id = format!("s:{}", self.next_id);
-        self.write(&json!({"v": 1, "type": kind, "id": id, "body": body}))
-            .await;
-        loop {
-            let frame = self.read().await;
-            if frame.get("id") == Some(&json!(id)) && frame.get("ok").is_some() {
-                return frame;
-            }
-            assert_ne!(frame["type"], "inbound.message", "unexpected {frame}");
-        }
-    }
-
-    /// The next `inbound.message` (answered), skipping notifications.
-    async fn inbound(&mut self) -> Value {
-        loop {
-            let frame = self.read().await;
-            if frame["type"] == "inbound.message" {
-                self.write(&json!({"v": 1, "id": frame["id"], "re": "inbound.message",
-                                   "ok": true, "body": {"accepted": true}}))
-                    .await;
-                return frame;
-            }
-        }
-    }
-
-    async fn hello(&mut self) {
-        let hello = self
-            .request(
-                "hello",
-                json!({
-                    "protocols": [1],
-                    "manifest_sha256": "0".repeat(64),
-                    "shim_version": env!("CARGO_PKG_VERSION"),
-                    "binary_version": env!("CARGO_PKG_VERSION"),
-                    "hermes_version": "0.19.0",
-                    "python_version": "3.11.7",
-                    "pid": 1,
-                    "hermes_home": "/tmp/hermes",
-                }),
-            )
-            .await;
-        assert_eq!(hello["ok"], true, "{hello}");
+        self.home().join("tmp")
     }
 
     /// `hello`, then `adapter.connect` with this platform extra; the connect response.
-    async fn try_connect(&mut self, extra: Value) -> Value {
-        self.hello().await;
-        self.request(
-            "adapter.connect",
-            json!({"adapter_instance": 1, "config": {"extra": extra}, "host": {}}),
-        )
-        .await
-    }
-
-    async fn connect(&mut self, sim: &SimHandle, extra: Value) {
-        let connect = self.try_connect(extra).await;
-        assert_eq!(connect["body"]["connected"], true, "{connect}");
-        assert_eq!(connect["body"]["agent_id"], DEFAULT_AGENT);
-        sim.wait_for("stream open", WAIT, |s| !s.open_streams.is_empty())
+    async fn try_connect_extra(&mut self, extra: Value) -> Value {
+        self.try_connect_with(json!({"extra": extra}), json!({}))
             .await
-            .expect("the daemon opens the event stream");
     }
 
-    async fn close(mut self) -> Option<i32> {
-        drop(self.stdin.take());
-        let status = tokio::time::timeout(WAIT, self.child.wait())
-            .await
-            .expect("the daemon exits after EOF")
-            .expect("wait works");
-        status.code()
+    /// [`Shim::try_connect_extra`], asserting the connect, then waits for the event stream.
+    async fn connect_extra(&mut self, sim: &SimHandle, extra: Value) {
+        self.connect_with(sim, json!({"extra": extra}), json!({}))
+            .await;
     }
-}
-
-async fn sim() -> SimHandle {
-    Sim::start(SimConfig::for_tests())
-        .await
-        .expect("the simulator starts")
 }
 
 /// Standard base64 (the sim's raw-attachment encoding).
@@ -212,6 +85,20 @@ fn raw(bytes: &[u8], mime: &str, name: &str) -> Value {
     json!({"bytesBase64": base64(bytes), "mimeType": mime, "fileName": name})
 }
 
+/// A PNG photo and a PDF report.
+fn png_and_pdf() -> Vec<Value> {
+    vec![
+        raw(PNG, "image/png", "photo.png"),
+        raw(PDF, "application/pdf", "report.pdf"),
+    ]
+}
+
+/// Injects a human message with these raw attachments into the direct conversation.
+fn inject_attachments(sim: &SimHandle, text: Option<&str>, raw_attachments: Vec<Value>) {
+    sim.inject_message(&with_attachments(text, raw_attachments))
+        .expect("inject");
+}
+
 fn with_attachments(text: Option<&str>, raw_attachments: Vec<Value>) -> Injection {
     Injection {
         text: text.map(str::to_owned),
@@ -228,6 +115,15 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     files.sort();
     files
+}
+
+/// The media listed by an `inbound.message`, asserting there are `count`.
+fn listed_media(inbound: &Value, count: usize) -> &[Value] {
+    let media = inbound["body"]["event"]["media"]
+        .as_array()
+        .expect("media listed");
+    assert_eq!(media.len(), count, "{inbound}");
+    media
 }
 
 /// Checks one listed medium: kind, MIME, name, bytes on disk, 0600, under `dir`.
@@ -268,20 +164,12 @@ fn delay_files(ms: u64) -> FaultRule {
 #[tokio::test(flavor = "multi_thread")]
 async fn png_and_pdf_reach_the_shim_as_private_files() {
     let sim = sim().await;
-    let mut shim = Shim::spawn(&sim, &[]);
-    shim.connect(&sim, json!({})).await;
-    sim.inject_message(&with_attachments(
-        None,
-        vec![
-            raw(PNG, "image/png", "photo.png"),
-            raw(PDF, "application/pdf", "report.pdf"),
-        ],
-    ))
-    .expect("inject");
-    let inbound = shim.inbound().await;
+    let mut shim = Shim::media(&sim, &[]);
+    shim.connect_extra(&sim, json!({})).await;
+    inject_attachments(&sim, None, png_and_pdf());
+    let inbound = shim.accept_inbound().await;
     let event = &inbound["body"]["event"];
-    let media = event["media"].as_array().expect("media listed");
-    assert_eq!(media.len(), 2, "{inbound}");
+    let media = listed_media(&inbound, 2);
     let dir = shim.tmp();
     check_media(&media[0], &dir, "image", "image/png", "photo.png", PNG);
     check_media(
@@ -308,20 +196,12 @@ async fn png_and_pdf_reach_the_shim_as_private_files() {
 #[tokio::test(flavor = "multi_thread")]
 async fn trusted_only_images_are_hidden_and_the_pdf_is_listed() {
     let sim = sim().await;
-    let mut shim = Shim::spawn(&sim, &[("CANON_INBOUND_IMAGE_DELIVERY", " Trusted-Only ")]);
-    shim.connect(&sim, json!({})).await;
-    sim.inject_message(&with_attachments(
-        None,
-        vec![
-            raw(PNG, "image/png", "photo.png"),
-            raw(PDF, "application/pdf", "report.pdf"),
-        ],
-    ))
-    .expect("inject");
-    let inbound = shim.inbound().await;
+    let mut shim = Shim::media(&sim, &[("CANON_INBOUND_IMAGE_DELIVERY", " Trusted-Only ")]);
+    shim.connect_extra(&sim, json!({})).await;
+    inject_attachments(&sim, None, png_and_pdf());
+    let inbound = shim.accept_inbound().await;
     let event = &inbound["body"]["event"];
-    let media = event["media"].as_array().expect("media listed");
-    assert_eq!(media.len(), 1, "{inbound}");
+    let media = listed_media(&inbound, 1);
     let dir = shim.tmp();
     check_media(
         &media[0],
@@ -343,8 +223,8 @@ async fn trusted_only_images_are_hidden_and_the_pdf_is_listed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn platform_extra_scope_keeps_the_caption_and_demotes_interleave() {
     let sim = sim().await;
-    let mut shim = Shim::spawn(&sim, &[]);
-    shim.connect(
+    let mut shim = Shim::media(&sim, &[]);
+    shim.connect_extra(
         &sim,
         json!({"inbound_visual_media_delivery": "trusted-only"}),
     )
@@ -358,10 +238,9 @@ async fn platform_extra_scope_keeps_the_caption_and_demotes_interleave() {
     );
     injection.metadata = Some(json!({"deliveryIntent": "interleave"}));
     sim.inject_message(&injection).expect("inject");
-    let inbound = shim.inbound().await;
+    let inbound = shim.accept_inbound().await;
     let event = &inbound["body"]["event"];
-    let media = event["media"].as_array().expect("media listed");
-    assert_eq!(media.len(), 1, "{inbound}");
+    let media = listed_media(&inbound, 1);
     check_media(
         &media[0],
         &shim.tmp(),
@@ -381,21 +260,20 @@ async fn platform_extra_scope_keeps_the_caption_and_demotes_interleave() {
 #[tokio::test(flavor = "multi_thread")]
 async fn attachments_above_ten_mebibytes_are_skipped() {
     let sim = sim().await;
-    let mut shim = Shim::spawn(&sim, &[]);
-    shim.connect(&sim, json!({})).await;
+    let mut shim = Shim::media(&sim, &[]);
+    shim.connect_extra(&sim, json!({})).await;
     let big = vec![b'x'; 10 * 1024 * 1024 + 1];
-    sim.inject_message(&with_attachments(
+    inject_attachments(
+        &sim,
         Some("two files"),
         vec![
             raw(&big, "application/octet-stream", "big.bin"),
             raw(b"small", "text/plain", "small.txt"),
         ],
-    ))
-    .expect("inject");
-    let inbound = shim.inbound().await;
+    );
+    let inbound = shim.accept_inbound().await;
     let event = &inbound["body"]["event"];
-    let media = event["media"].as_array().expect("media listed");
-    assert_eq!(media.len(), 1, "{inbound}");
+    let media = listed_media(&inbound, 1);
     check_media(
         &media[0],
         &shim.tmp(),
@@ -423,16 +301,15 @@ async fn a_later_message_never_overtakes_earlier_media_in_its_conversation() {
         ],
         behavior: None,
     });
-    let mut shim = Shim::spawn(&sim, &[]);
-    shim.connect(&sim, json!({})).await;
+    let mut shim = Shim::media(&sim, &[]);
+    shim.connect_extra(&sim, json!({})).await;
     sim.add_fault(delay_files(1_500)).expect("fault installed");
-    sim.inject_message(&with_attachments(
+    inject_attachments(
+        &sim,
         Some("first, with a picture"),
         vec![raw(PNG, "image/png", "photo.png")],
-    ))
-    .expect("inject");
-    sim.inject_message(&with_attachments(Some("second, text only"), Vec::new()))
-        .expect("inject");
+    );
+    inject_attachments(&sim, Some("second, text only"), Vec::new());
     sim.inject_message(&Injection {
         conversation_id: Some(OTHER.to_owned()),
         text: Some("elsewhere".to_owned()),
@@ -442,7 +319,7 @@ async fn a_later_message_never_overtakes_earlier_media_in_its_conversation() {
     .expect("inject");
     let mut order = Vec::new();
     for _ in 0..3 {
-        let inbound = shim.inbound().await;
+        let inbound = shim.accept_inbound().await;
         let event = &inbound["body"]["event"];
         order.push((
             event["source"]["chat_id"]
@@ -476,23 +353,23 @@ async fn a_later_message_never_overtakes_earlier_media_in_its_conversation() {
 #[tokio::test(flavor = "multi_thread")]
 async fn private_media_urls_are_refused_without_the_opt_in() {
     let sim = sim().await;
-    let mut shim = Shim::spawn(
+    let mut shim = Shim::media(
         &sim,
         &[
             ("HERMES_ALLOW_PRIVATE_URLS", ""),
             ("CANON_INBOUND_VISUAL_MEDIA_DELIVERY", "trusted-only"),
         ],
     );
-    shim.connect(&sim, json!({})).await;
-    sim.inject_message(&with_attachments(
+    shim.connect_extra(&sim, json!({})).await;
+    inject_attachments(
+        &sim,
         None,
         vec![
             raw(PNG, "image/png", "photo.png"),
             raw(b"abc", "audio/ogg", "voice.ogg"),
         ],
-    ))
-    .expect("inject");
-    let inbound = shim.inbound().await;
+    );
+    let inbound = shim.accept_inbound().await;
     let event = &inbound["body"]["event"];
     assert_eq!(event["media"], json!([]), "{inbound}");
     // Scope `visual`: every failed attachment counts, audio included [parity].
@@ -512,8 +389,8 @@ async fn private_media_urls_are_refused_without_the_opt_in() {
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_delivery_values_refuse_the_connect() {
     let sim = sim().await;
-    let mut shim = Shim::spawn(&sim, &[("CANON_INBOUND_VISUAL_MEDIA_DELIVERY", "always")]);
-    let connect = shim.try_connect(json!({})).await;
+    let mut shim = Shim::media(&sim, &[("CANON_INBOUND_VISUAL_MEDIA_DELIVERY", "always")]);
+    let connect = shim.try_connect_extra(json!({})).await;
     assert_eq!(
         connect["body"],
         json!({"connected": false, "fatal": {
@@ -526,9 +403,9 @@ async fn invalid_delivery_values_refuse_the_connect() {
     assert_eq!(shim.close().await, Some(0));
 
     // The platform extra is checked the same way, and the environment wins over it.
-    let mut shim = Shim::spawn(&sim, &[]);
+    let mut shim = Shim::media(&sim, &[]);
     let connect = shim
-        .try_connect(json!({"inbound_image_delivery": "sometimes"}))
+        .try_connect_extra(json!({"inbound_image_delivery": "sometimes"}))
         .await;
     assert_eq!(
         connect["body"]["fatal"]["message"],
@@ -536,8 +413,8 @@ async fn invalid_delivery_values_refuse_the_connect() {
     );
     assert_eq!(connect["body"]["fatal"]["retryable"], false);
     assert_eq!(shim.close().await, Some(0));
-    let mut shim = Shim::spawn(&sim, &[("CANON_INBOUND_IMAGE_DELIVERY", "model")]);
-    shim.connect(&sim, json!({"inbound_image_delivery": "sometimes"}))
+    let mut shim = Shim::media(&sim, &[("CANON_INBOUND_IMAGE_DELIVERY", "model")]);
+    shim.connect_extra(&sim, json!({"inbound_image_delivery": "sometimes"}))
         .await;
     assert_eq!(shim.close().await, Some(0));
 }
@@ -558,7 +435,7 @@ async fn stale_hand_off_files_are_deleted_at_start() {
     let stale = touch("canon-inbound-0123-old.png", 2 * 3_600);
     let fresh = touch("canon-inbound-4567-new.png", 60);
     let foreign = touch("not-ours.txt", 2 * 3_600);
-    let mut shim = Shim::spawn_in(&sim, home, &[]);
+    let mut shim = Shim::media_in(&sim, home, &[]);
     // The sweep runs before the first frame is read.
     shim.hello().await;
     assert!(!stale.exists());

@@ -8,194 +8,18 @@
 //! failure), the runtime status loop, the conversation re-fetch after `replay.expired` and
 //! typing coalescing.
 
-use std::collections::VecDeque;
 use std::process::Stdio;
 use std::time::Duration;
 
-use canon_sim::config::SimConfig;
 use canon_sim::control::{Injection, Signal};
 use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
 use canon_sim::state::StreamCmd;
-use canon_sim::{
-    ConversationSpec, Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER,
-};
+use canon_sim::{ConversationSpec, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-const WAIT: Duration = Duration::from_secs(10);
+use super::shim_support::{sim, Shim, WAIT};
+
 const SESSION: &str = "agent:main:canon:dm:c-direct";
-
-/// The shim side of one daemon child.
-struct Shim {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-    /// Frames read while waiting for something else.
-    backlog: VecDeque<Value>,
-}
-
-impl Shim {
-    fn spawn(sim: &SimHandle) -> Shim {
-        Shim::spawn_with(sim, "warn", Stdio::inherit())
-    }
-
-    fn spawn_with(sim: &SimHandle, log: &str, stderr: Stdio) -> Shim {
-        Shim::spawn_env(sim, log, stderr, &[])
-    }
-
-    /// Spawns with extra environment; an empty value removes the variable.
-    fn spawn_env(sim: &SimHandle, log: &str, stderr: Stdio, env: &[(&str, &str)]) -> Shim {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_canon-hermes"));
-        command
-            .args(["serve", "--stdio"])
-            .env("CANON_API_KEY", sim.api_key())
-            .env("CANON_BASE_URL", sim.base_url())
-            .env("CANON_STREAM_URL", sim.stream_url())
-            .env_remove("CANON_ENVIRONMENT_ID")
-            .env_remove("CANON_HOME_CHANNEL")
-            .env_remove("CANON_HERMES_PARENT_PID")
-            .env_remove("CANON_HERMES_SIGNAL_POLL_MS")
-            .env_remove("CANON_HERMES_STATUS_INTERVAL_MS")
-            .env("RUST_LOG", log);
-        for (name, value) in env {
-            if value.is_empty() {
-                command.env_remove(name);
-            } else {
-                command.env(name, value);
-            }
-        }
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the binary starts");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("piped stdout");
-        Shim {
-            child,
-            stdin,
-            lines: BufReader::new(stdout).lines(),
-            next_id: 0,
-            backlog: VecDeque::new(),
-        }
-    }
-
-    async fn write(&mut self, frame: &Value) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        let mut line = frame.to_string();
-        line.push('\n');
-        stdin.write_all(line.as_bytes()).await.expect("write stdin");
-        stdin.flush().await.expect("flush stdin");
-    }
-
-    async fn read(&mut self) -> Value {
-        let line = tokio::time::timeout(WAIT, self.lines.next_line())
-            .await
-            .expect("a frame within the wait")
-            .expect("stdout readable")
-            .expect("stdout open");
-        serde_json::from_str(&line).expect("stdout carries JSON frames only")
-    }
-
-    /// Sends a request and returns its response, keeping other frames in the backlog.
-    async fn request(&mut self, kind: &str, body: Value) -> Value {
-        self.next_id += 1;
-        let id = format!("s:{}", self.next_id);
-        self.write(&json!({"v": 1, "type": kind, "id": id, "body": body}))
-            .await;
-        loop {
-            let frame = self.read().await;
-            if frame.get("id") == Some(&json!(id)) && frame.get("ok").is_some() {
-                return frame;
-            }
-            self.backlog.push_back(frame);
-        }
-    }
-
-    /// The next frame of `kind` (from the backlog first).
-    async fn expect(&mut self, kind: &str) -> Value {
-        if let Some(i) = self.backlog.iter().position(|f| f["type"] == kind) {
-            return self.backlog.remove(i).expect("present");
-        }
-        loop {
-            let frame = self.read().await;
-            if frame["type"] == kind {
-                return frame;
-            }
-            self.backlog.push_back(frame);
-        }
-    }
-
-    async fn hello(&mut self) -> Value {
-        self.request(
-            "hello",
-            json!({
-                "protocols": [1],
-                "manifest_sha256": "0".repeat(64),
-                "shim_version": env!("CARGO_PKG_VERSION"),
-                "binary_version": env!("CARGO_PKG_VERSION"),
-                "hermes_version": "0.19.0",
-                "python_version": "3.11.7",
-                "pid": 1,
-                "hermes_home": "/tmp/hermes",
-            }),
-        )
-        .await
-    }
-
-    /// `hello`, then `adapter.connect`; returns the connect response.
-    async fn try_connect(&mut self) -> Value {
-        let hello = self.hello().await;
-        assert_eq!(hello["ok"], true, "{hello}");
-        self.request(
-            "adapter.connect",
-            json!({
-                "adapter_instance": 1,
-                "config": {"extra": {}, "typing_indicator": true},
-                "host": {"streaming_enabled": true},
-            }),
-        )
-        .await
-    }
-
-    /// Answers a daemon-originated request with `{ok: true, body}`.
-    async fn answer(&mut self, request: &Value, body: Value) {
-        self.write(
-            &json!({"v": 1, "id": request["id"], "re": request["type"], "ok": true,
-                           "body": body}),
-        )
-        .await;
-    }
-
-    async fn connect(&mut self, sim: &SimHandle) {
-        let connect = self.try_connect().await;
-        assert_eq!(connect["body"]["connected"], true, "{connect}");
-        assert_eq!(connect["body"]["agent_id"], DEFAULT_AGENT);
-        sim.wait_for("stream open", WAIT, |s| !s.open_streams.is_empty())
-            .await
-            .expect("the daemon opens the event stream");
-    }
-
-    /// Closes stdin and returns the exit code.
-    async fn close(mut self) -> Option<i32> {
-        drop(self.stdin.take());
-        let status = tokio::time::timeout(WAIT, self.child.wait())
-            .await
-            .expect("the daemon exits after EOF")
-            .expect("wait works");
-        status.code()
-    }
-}
-
-async fn sim() -> SimHandle {
-    Sim::start(SimConfig::for_tests())
-        .await
-        .expect("the simulator starts")
-}
 
 fn ctx() -> Value {
     json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION, "session_key": SESSION})
@@ -238,7 +62,7 @@ async fn open_turn_with(
 ) -> (String, String) {
     let text = injection.text.as_deref().expect("a text");
     sim.inject_message(injection).expect("inject");
-    let inbound = shim.expect("inbound.message").await;
+    let inbound = shim.accept_inbound().await;
     let event = &inbound["body"]["event"];
     assert!(
         event["text"].as_str().is_some_and(|t| t.contains(text)),
@@ -249,20 +73,10 @@ async fn open_turn_with(
         .expect("event_ref")
         .to_owned();
     let message_id = event["message_id"].as_str().expect("message id").to_owned();
-    shim.write(
-        &json!({"v": 1, "id": inbound["id"], "re": "inbound.message", "ok": true,
-        "body": {"accepted": true}}),
-    )
-    .await;
     let started = shim
         .request(
             "turn.start",
-            json!({
-                "event_ref": event_ref,
-                "session_key": SESSION,
-                "event": {"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm",
-                          "user_id": DEFAULT_OWNER, "message_id": message_id},
-            }),
+            json!({"event_ref": event_ref, "session_key": SESSION, "event": dm_event(message_id)}),
         )
         .await;
     let turn_id = started["body"]["turn_id"]
@@ -282,13 +96,94 @@ async fn complete_turn(shim: &mut Shim, event_ref: &str) {
     assert_eq!(done["ok"], true, "{done}");
 }
 
+/// `adapter.disconnect`, asserting it is answered.
+async fn disconnect(shim: &mut Shim) {
+    let done = shim
+        .request("adapter.disconnect", json!({"adapter_instance": 1}))
+        .await;
+    assert_eq!(done["ok"], true, "{done}");
+}
+
+/// The `event` of `turn.start` and `turn.accepted` for a message from the owner in the direct
+/// conversation.
+fn dm_event(message_id: impl Into<Value>) -> Value {
+    json!({"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm", "user_id": DEFAULT_OWNER,
+           "message_id": message_id.into()})
+}
+
+/// Injects a human message with `text` into the direct conversation.
+fn inject_text(sim: &SimHandle, text: &str) {
+    sim.inject_message(&Injection {
+        text: Some(text.to_owned()),
+        ..Injection::default()
+    })
+    .expect("inject");
+}
+
+/// Raises a runtime control signal in `conversation`, with or without the doorbell.
+fn raise_signal(
+    sim: &SimHandle,
+    conversation: &str,
+    signal: &str,
+    updated_by: Option<&str>,
+    doorbell: bool,
+) {
+    sim.raise_signal(&Signal {
+        conversation_id: conversation.to_owned(),
+        signal: signal.to_owned(),
+        updated_by: updated_by.map(str::to_owned),
+        doorbell: Some(doorbell),
+    })
+    .expect("signal raised");
+}
+
+/// `adapter.send` opening a streamed answer (`expect_edits`) in the direct conversation; the
+/// response.
+async fn send_streamed(shim: &mut Shim, content: &str) -> Value {
+    shim.request(
+        "adapter.send",
+        json!({"chat_id": DEFAULT_CONVERSATION, "content": content,
+               "metadata": {"expect_edits": true}, "ctx": ctx()}),
+    )
+    .await
+}
+
+/// The finalizing `adapter.edit` of `turn_id` in the direct conversation; the response.
+async fn edit_final(shim: &mut Shim, turn_id: &str, content: &str) -> Value {
+    shim.request(
+        "adapter.edit",
+        json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id, "content": content,
+               "finalize": true, "ctx": ctx()}),
+    )
+    .await
+}
+
+/// `canon_runtime_control` called with `args` in the current turn; the response.
+async fn runtime_control(shim: &mut Shim, args: Value) -> Value {
+    shim.request(
+        "tool.call",
+        json!({"name": "canon_runtime_control", "args": args, "ctx": ctx()}),
+    )
+    .await
+}
+
+/// The JSON result of a `tool.call` response.
+fn tool_result(tool: &Value) -> Value {
+    serde_json::from_str(tool["body"]["result"].as_str().expect("result"))
+        .expect("the tool result is JSON")
+}
+
+/// `adapter.chat_info` for `chat_id`; the response.
+async fn chat_info(shim: &mut Shim, chat_id: &str) -> Value {
+    shim.request("adapter.chat_info", json!({"chat_id": chat_id}))
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn handshake_is_required_first_and_then_negotiated() {
     let sim = sim().await;
     let mut shim = Shim::spawn(&sim);
-    let early = shim
-        .request("adapter.chat_info", json!({"chat_id": "c"}))
-        .await;
+    let early = chat_info(&mut shim, "c").await;
     assert_eq!(early["ok"], false);
     assert_eq!(early["error"]["code"], "handshake_required");
     let hello = shim.hello().await;
@@ -337,11 +232,7 @@ async fn injected_human_message_reaches_the_shim_as_inbound_message() {
     let sim = sim().await;
     let mut shim = Shim::spawn(&sim);
     shim.connect(&sim).await;
-    sim.inject_message(&Injection {
-        text: Some("hello from a human".into()),
-        ..Injection::default()
-    })
-    .expect("inject");
+    inject_text(&sim, "hello from a human");
     let inbound = shim.expect("inbound.message").await;
     assert!(inbound["id"]
         .as_str()
@@ -361,22 +252,10 @@ async fn streamed_turn_ends_with_exactly_one_turn_complete() {
     shim.connect(&sim).await;
     let (event_ref, turn_id) = open_turn(&mut shim, &sim, "what is two plus two").await;
 
-    let sent = shim
-        .request(
-            "adapter.send",
-            json!({"chat_id": DEFAULT_CONVERSATION, "content": "Two plus",
-                   "metadata": {"expect_edits": true}, "ctx": ctx()}),
-        )
-        .await;
+    let sent = send_streamed(&mut shim, "Two plus").await;
     assert_eq!(sent["body"]["success"], true, "{sent}");
     assert_eq!(sent["body"]["message_id"], turn_id.as_str());
-    let edited = shim
-        .request(
-            "adapter.edit",
-            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id,
-                   "content": "Two plus two is four.", "finalize": true, "ctx": ctx()}),
-        )
-        .await;
+    let edited = edit_final(&mut shim, &turn_id, "Two plus two is four.").await;
     assert_eq!(edited["body"]["success"], true, "{edited}");
     // Staged, not yet durable (turns.md §7.4).
     assert!(agent_messages(&sim).is_empty());
@@ -419,21 +298,9 @@ async fn twenty_kilobyte_answer_arrives_as_ordered_parts_with_one_turn_complete(
         .to_owned();
     assert!(answer.len() > 20_000);
     // Streamed: the first delta opens the bubble, the finalizing edit carries the whole text.
-    let sent = shim
-        .request(
-            "adapter.send",
-            json!({"chat_id": DEFAULT_CONVERSATION, "content": &answer[..100],
-                   "metadata": {"expect_edits": true}, "ctx": ctx()}),
-        )
-        .await;
+    let sent = send_streamed(&mut shim, &answer[..100]).await;
     assert_eq!(sent["body"]["success"], true, "{sent}");
-    let edited = shim
-        .request(
-            "adapter.edit",
-            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id, "content": answer,
-                   "finalize": true, "ctx": ctx()}),
-        )
-        .await;
+    let edited = edit_final(&mut shim, &turn_id, &answer).await;
     assert_eq!(edited["body"]["success"], true, "{edited}");
     complete_turn(&mut shim, &event_ref).await;
 
@@ -462,16 +329,12 @@ async fn no_reply_silences_the_turn_and_records_the_silence() {
     let mut shim = Shim::spawn(&sim);
     shim.connect(&sim).await;
     let (event_ref, _turn_id) = open_turn(&mut shim, &sim, "nothing to say here").await;
-    let tool = shim
-        .request(
-            "tool.call",
-            json!({"name": "canon_runtime_control",
-                   "args": {"action": "no_reply", "reason": "secret model text"},
-                   "ctx": ctx()}),
-        )
-        .await;
-    let result: Value = serde_json::from_str(tool["body"]["result"].as_str().expect("result"))
-        .expect("the tool result is JSON");
+    let tool = runtime_control(
+        &mut shim,
+        json!({"action": "no_reply", "reason": "secret model text"}),
+    )
+    .await;
+    let result = tool_result(&tool);
     assert_eq!(result["status"], "acknowledged", "{tool}");
     complete_turn(&mut shim, &event_ref).await;
     sim.wait_for("silence recorded", WAIT, |s| !s.no_replies.is_empty())
@@ -491,21 +354,9 @@ async fn no_reply_silences_the_turn_and_records_the_silence() {
 
 /// Streams `text` into `turn_id` and finalizes it (staged until `turn.complete`).
 async fn stage_final(shim: &mut Shim, turn_id: &str, text: &str) {
-    let sent = shim
-        .request(
-            "adapter.send",
-            json!({"chat_id": DEFAULT_CONVERSATION, "content": text,
-                   "metadata": {"expect_edits": true}, "ctx": ctx()}),
-        )
-        .await;
+    let sent = send_streamed(shim, text).await;
     assert_eq!(sent["body"]["success"], true, "{sent}");
-    let edited = shim
-        .request(
-            "adapter.edit",
-            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id, "content": text,
-                   "finalize": true, "ctx": ctx()}),
-        )
-        .await;
+    let edited = edit_final(shim, turn_id, text).await;
     assert_eq!(edited["body"]["success"], true, "{edited}");
 }
 
@@ -517,15 +368,8 @@ async fn accepted_steer_lifts_the_no_reply_silence() {
     let mut shim = Shim::spawn(&sim);
     shim.connect(&sim).await;
     let (event_ref, turn_id) = open_turn(&mut shim, &sim, "nothing to say yet").await;
-    let tool = shim
-        .request(
-            "tool.call",
-            json!({"name": "canon_runtime_control", "args": {"action": "no_reply"},
-                   "ctx": ctx()}),
-        )
-        .await;
-    let result: Value = serde_json::from_str(tool["body"]["result"].as_str().expect("result"))
-        .expect("the tool result is JSON");
+    let tool = runtime_control(&mut shim, json!({"action": "no_reply"})).await;
+    let result = tool_result(&tool);
     assert_eq!(result["status"], "acknowledged", "{tool}");
     shim.write(&json!({"v": 1, "type": "turn.steered",
         "body": {"session_key": SESSION, "chat_id": DEFAULT_CONVERSATION}}))
@@ -549,21 +393,15 @@ async fn turn_accepted_answers_the_follow_ups_turn_id() {
     let (_first_ref, first_turn) = open_turn(&mut shim, &sim, "first question").await;
     stage_final(&mut shim, &first_turn, "First answer.").await;
 
-    sim.inject_message(&Injection {
-        text: Some("second question".to_owned()),
-        ..Injection::default()
-    })
-    .expect("inject");
-    let inbound = shim.expect("inbound.message").await;
-    shim.answer(&inbound, json!({"accepted": true})).await;
+    inject_text(&sim, "second question");
+    let inbound = shim.accept_inbound().await;
     let second_ref = inbound["body"]["event_ref"].as_str().expect("event_ref");
     let message_id = &inbound["body"]["event"]["message_id"];
     let accepted = shim
         .request(
             "turn.accepted",
             json!({"event_ref": second_ref, "session_key": SESSION, "phase": "queue_dequeue",
-                   "event": {"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm",
-                             "user_id": DEFAULT_OWNER, "message_id": message_id}}),
+                   "event": dm_event(message_id.clone())}),
         )
         .await;
     assert_eq!(accepted["ok"], true, "{accepted}");
@@ -637,7 +475,7 @@ async fn typing_and_tool_hooks_are_carried_to_canon() {
 #[tokio::test(flavor = "multi_thread")]
 async fn trace_logs_go_to_stderr_and_never_contain_the_api_key() {
     let sim = sim().await;
-    let mut shim = Shim::spawn_with(&sim, "trace", Stdio::piped());
+    let mut shim = Shim::spawn_logged(&sim, "trace", Stdio::piped(), &[]);
     let mut stderr = shim.child.stderr.take().expect("piped stderr");
     let logs = tokio::spawn(async move {
         let mut text = String::new();
@@ -647,13 +485,7 @@ async fn trace_logs_go_to_stderr_and_never_contain_the_api_key() {
     });
     shim.connect(&sim).await;
     let (event_ref, turn_id) = open_turn(&mut shim, &sim, "log everything").await;
-    let sent = shim
-        .request(
-            "adapter.send",
-            json!({"chat_id": DEFAULT_CONVERSATION, "content": "logged answer",
-                   "metadata": {"expect_edits": true}, "ctx": ctx()}),
-        )
-        .await;
+    let sent = send_streamed(&mut shim, "logged answer").await;
     assert_eq!(sent["body"]["message_id"], turn_id.as_str());
     complete_turn(&mut shim, &event_ref).await;
     assert_eq!(shim.close().await, Some(0));
@@ -729,27 +561,18 @@ async fn connect_caches_the_conversations_for_chat_info() {
     );
 
     // No message arrived from the group: only `GET /conversations` can name it.
-    let team = shim
-        .request("adapter.chat_info", json!({"chat_id": GROUP}))
-        .await;
+    let team = chat_info(&mut shim, GROUP).await;
     assert_eq!(
         team["body"],
         json!({"name": "Team", "type": "group", "id": GROUP}),
         "{team}"
     );
-    let direct = shim
-        .request(
-            "adapter.chat_info",
-            json!({"chat_id": DEFAULT_CONVERSATION}),
-        )
-        .await;
+    let direct = chat_info(&mut shim, DEFAULT_CONVERSATION).await;
     assert_eq!(
         direct["body"],
         json!({"name": "Owner", "type": "dm", "id": DEFAULT_CONVERSATION})
     );
-    let unknown = shim
-        .request("adapter.chat_info", json!({"chat_id": "c-elsewhere"}))
-        .await;
+    let unknown = chat_info(&mut shim, "c-elsewhere").await;
     assert_eq!(
         unknown["body"],
         json!({"name": "c-elsewhere", "type": "dm", "id": "c-elsewhere"})
@@ -762,12 +585,7 @@ async fn chat_info_before_connect_falls_back_to_the_id() {
     let sim = sim().await;
     let mut shim = Shim::spawn(&sim);
     assert_eq!(shim.hello().await["ok"], true);
-    let info = shim
-        .request(
-            "adapter.chat_info",
-            json!({"chat_id": DEFAULT_CONVERSATION}),
-        )
-        .await;
+    let info = chat_info(&mut shim, DEFAULT_CONVERSATION).await;
     assert_eq!(
         info["body"],
         json!({"name": DEFAULT_CONVERSATION, "type": "dm", "id": DEFAULT_CONVERSATION})
@@ -827,13 +645,13 @@ async fn doorbell_signal_reaches_the_shim_as_control_signal() {
     // The first pass at connect visits both conversations before the signal exists.
     wait_for_consumes(&sim, 2).await;
 
-    sim.raise_signal(&Signal {
-        conversation_id: DEFAULT_CONVERSATION.to_owned(),
-        signal: "interrupt".to_owned(),
-        updated_by: Some(DEFAULT_OWNER.to_owned()),
-        doorbell: Some(true),
-    })
-    .expect("signal raised");
+    raise_signal(
+        &sim,
+        DEFAULT_CONVERSATION,
+        "interrupt",
+        Some(DEFAULT_OWNER),
+        true,
+    );
     let request = shim.expect("control.signal").await;
     assert!(
         request["id"]
@@ -849,13 +667,7 @@ async fn doorbell_signal_reaches_the_shim_as_control_signal() {
     shim.answer(&request, json!({})).await;
 
     // A group signal without `updatedBy` names the agent itself.
-    sim.raise_signal(&Signal {
-        conversation_id: GROUP.to_owned(),
-        signal: "stop_and_drop".to_owned(),
-        updated_by: None,
-        doorbell: Some(true),
-    })
-    .expect("signal raised");
+    raise_signal(&sim, GROUP, "stop_and_drop", None, true);
     let request = shim.expect("control.signal").await;
     assert_eq!(
         request["body"],
@@ -870,20 +682,15 @@ async fn doorbell_signal_reaches_the_shim_as_control_signal() {
 #[tokio::test(flavor = "multi_thread")]
 async fn missed_doorbell_is_caught_by_the_poll() {
     let sim = sim().await;
-    let mut shim = Shim::spawn_env(
-        &sim,
-        "warn",
-        Stdio::inherit(),
-        &[("CANON_HERMES_SIGNAL_POLL_MS", "200")],
-    );
+    let mut shim = Shim::spawn_with(&sim, &[("CANON_HERMES_SIGNAL_POLL_MS", "200")]);
     shim.connect(&sim).await;
-    sim.raise_signal(&Signal {
-        conversation_id: DEFAULT_CONVERSATION.to_owned(),
-        signal: "new_session".to_owned(),
-        updated_by: Some(DEFAULT_OWNER.to_owned()),
-        doorbell: Some(false),
-    })
-    .expect("signal raised");
+    raise_signal(
+        &sim,
+        DEFAULT_CONVERSATION,
+        "new_session",
+        Some(DEFAULT_OWNER),
+        false,
+    );
     let request = shim.expect("control.signal").await;
     assert_eq!(request["body"]["signal"], "new_session", "{request}");
     assert_eq!(request["body"]["chat_id"], DEFAULT_CONVERSATION);
@@ -898,25 +705,11 @@ async fn missed_doorbell_is_caught_by_the_poll() {
 #[tokio::test(flavor = "multi_thread")]
 async fn disconnect_stops_the_signal_poll() {
     let sim = sim().await;
-    let mut shim = Shim::spawn_env(
-        &sim,
-        "warn",
-        Stdio::inherit(),
-        &[("CANON_HERMES_SIGNAL_POLL_MS", "100")],
-    );
+    let mut shim = Shim::spawn_with(&sim, &[("CANON_HERMES_SIGNAL_POLL_MS", "100")]);
     shim.connect(&sim).await;
     wait_for_consumes(&sim, 2).await;
-    let done = shim
-        .request("adapter.disconnect", json!({"adapter_instance": 1}))
-        .await;
-    assert_eq!(done["ok"], true, "{done}");
-    sim.raise_signal(&Signal {
-        conversation_id: DEFAULT_CONVERSATION.to_owned(),
-        signal: "interrupt".to_owned(),
-        updated_by: None,
-        doorbell: Some(false),
-    })
-    .expect("signal raised");
+    disconnect(&mut shim).await;
+    raise_signal(&sim, DEFAULT_CONVERSATION, "interrupt", None, false);
     // The absence of a consume can only be observed over time: ten poll
     // intervals pass without the daemon taking the signal.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -927,8 +720,7 @@ async fn disconnect_stops_the_signal_poll() {
     });
     assert_eq!(pending, 1, "the signal is still waiting in Canon");
     assert!(shim
-        .backlog
-        .iter()
+        .backlog()
         .all(|frame| frame["type"] != "control.signal"));
     assert_eq!(shim.close().await, Some(0));
 }
@@ -965,7 +757,7 @@ async fn probe_without_verify_makes_no_network_call_and_hides_the_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn probe_reports_missing_credentials_and_verifies_on_request() {
     let sim = sim().await;
-    let mut bare = Shim::spawn_env(&sim, "warn", Stdio::inherit(), &[("CANON_API_KEY", "")]);
+    let mut bare = Shim::spawn_with(&sim, &[("CANON_API_KEY", "")]);
     assert_eq!(bare.hello().await["ok"], true);
     let probe = bare
         .request("probe", json!({"config": null, "verify": false}))
@@ -1008,18 +800,8 @@ async fn daemon_exits_when_the_parent_process_is_gone() {
     gone.wait().expect("`true` exits and is reaped");
 
     let live_pid = std::process::id().to_string();
-    let mut orphan = Shim::spawn_env(
-        &sim,
-        "warn",
-        Stdio::inherit(),
-        &[("CANON_HERMES_PARENT_PID", &gone_pid)],
-    );
-    let mut kept = Shim::spawn_env(
-        &sim,
-        "warn",
-        Stdio::inherit(),
-        &[("CANON_HERMES_PARENT_PID", &live_pid)],
-    );
+    let mut orphan = Shim::spawn_with(&sim, &[("CANON_HERMES_PARENT_PID", &gone_pid)]);
+    let mut kept = Shim::spawn_with(&sim, &[("CANON_HERMES_PARENT_PID", &live_pid)]);
     // stdin stays open: only the parent check can end the orphan.
     let status = tokio::time::timeout(WAIT, orphan.child.wait())
         .await
@@ -1304,12 +1086,7 @@ fn count_requests(sim: &SimHandle, method: &str, path: &str) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn runtime_status_is_republished_until_disconnect() {
     let sim = sim().await;
-    let mut shim = Shim::spawn_env(
-        &sim,
-        "warn",
-        Stdio::inherit(),
-        &[("CANON_HERMES_STATUS_INTERVAL_MS", "100")],
-    );
+    let mut shim = Shim::spawn_with(&sim, &[("CANON_HERMES_STATUS_INTERVAL_MS", "100")]);
     shim.connect(&sim).await;
     // One publish at connect, at least two more from the loop.
     sim.wait_for("runtime status republished", WAIT, |s| {
@@ -1325,10 +1102,7 @@ async fn runtime_status_is_republished_until_disconnect() {
         "every publish carries the same descriptor: {published:?}"
     );
 
-    let done = shim
-        .request("adapter.disconnect", json!({"adapter_instance": 1}))
-        .await;
-    assert_eq!(done["ok"], true, "{done}");
+    disconnect(&mut shim).await;
     // A publish already on the wire may still land; after that, ten intervals pass
     // without another one.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1347,9 +1121,7 @@ async fn runtime_status_is_republished_until_disconnect() {
 async fn chat_info_once_known(shim: &mut Shim, chat_id: &str) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let info = shim
-            .request("adapter.chat_info", json!({"chat_id": chat_id}))
-            .await;
+        let info = chat_info(shim, chat_id).await;
         if info["body"]["type"] == "group" || tokio::time::Instant::now() >= deadline {
             return info["body"].clone();
         }
@@ -1360,14 +1132,9 @@ async fn chat_info_once_known(shim: &mut Shim, chat_id: &str) -> Value {
 /// Moves the daemon's stream cursor past one message, then makes the sim forget it and closes
 /// the stream: the reconnect sends that cursor and gets `replay.expired`.
 async fn expire_the_replay(shim: &mut Shim, sim: &SimHandle) {
-    sim.inject_message(&Injection {
-        text: Some("before the gap".into()),
-        ..Injection::default()
-    })
-    .expect("inject");
+    inject_text(sim, "before the gap");
     // The cursor moves before the event is handled, so it is set once this arrives.
-    let inbound = shim.expect("inbound.message").await;
-    shim.answer(&inbound, json!({"accepted": true})).await;
+    shim.accept_inbound().await;
     sim.expire_replay_buffer(DEFAULT_AGENT);
     assert_eq!(sim.stream_control(DEFAULT_AGENT, StreamCmd::Close), 1);
     sim.wait_for("stream reopened", WAIT, |s| {
@@ -1395,9 +1162,7 @@ async fn replay_expired_refetches_the_conversation_list() {
     shim.connect(&sim).await;
     // Created after connect; nothing on the stream names it.
     add_group(&sim);
-    let unknown = shim
-        .request("adapter.chat_info", json!({"chat_id": GROUP}))
-        .await;
+    let unknown = chat_info(&mut shim, GROUP).await;
     assert_eq!(
         unknown["body"],
         json!({"name": GROUP, "type": "dm", "id": GROUP}),
@@ -1421,12 +1186,7 @@ async fn replay_expired_refetches_the_conversation_list() {
         json!({"name": "Team", "type": "group", "id": GROUP})
     );
     // The connection's conversations stay cached too.
-    let direct = shim
-        .request(
-            "adapter.chat_info",
-            json!({"chat_id": DEFAULT_CONVERSATION}),
-        )
-        .await;
+    let direct = chat_info(&mut shim, DEFAULT_CONVERSATION).await;
     assert_eq!(
         direct["body"],
         json!({"name": "Owner", "type": "dm", "id": DEFAULT_CONVERSATION})
@@ -1470,18 +1230,13 @@ async fn failed_refetch_reconnects_the_stream_and_is_not_fatal() {
     );
     sim.clear_faults();
 
-    sim.inject_message(&Injection {
-        text: Some("after the gap".into()),
-        ..Injection::default()
-    })
-    .expect("inject");
-    let inbound = shim.expect("inbound.message").await;
+    inject_text(&sim, "after the gap");
+    let inbound = shim.accept_inbound().await;
     assert_eq!(inbound["body"]["event"]["text"], "after the gap");
-    shim.answer(&inbound, json!({"accepted": true})).await;
     assert!(
-        shim.backlog.iter().all(|f| f["type"] != "adapter.fatal"),
+        shim.backlog().all(|f| f["type"] != "adapter.fatal"),
         "a failed re-fetch is not fatal: {:?}",
-        shim.backlog
+        shim.backlog().collect::<Vec<_>>()
     );
     assert_eq!(shim.close().await, Some(0));
 }

@@ -1,0 +1,316 @@
+//! The fake shim: the shim side of one real `canon-hermes serve --stdio` child over the
+//! JSON-lines protocol (hermes-host.md §19), against canon-sim. Used by `serve_stdio.rs`,
+//! `serve_media.rs` and `benches/daemon.rs` (which includes this file with `#[path]`); a few
+//! helpers serve only one of the two binaries and say so.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use canon_sim::config::SimConfig;
+use canon_sim::{Sim, SimHandle, DEFAULT_AGENT};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+
+/// How long any single wait of the shim lasts.
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
+
+/// A frame and the instant the reader task read its line from the daemon's stdout.
+pub(crate) type Frame = (Value, Instant);
+
+/// The shim side of one daemon child.
+pub(crate) struct Shim {
+    /// The daemon process.
+    pub(crate) child: Child,
+    /// The daemon's stdin, until [`Shim::close`].
+    pub(crate) stdin: Option<ChildStdin>,
+    /// Lines of the daemon's stdout with the instant each was read.
+    lines: mpsc::UnboundedReceiver<(String, Instant)>,
+    next_id: u64,
+    /// Frames read while waiting for something else.
+    backlog: VecDeque<Frame>,
+    /// The daemon's own `CANON_HOME`, removed with the shim.
+    home: Option<tempfile::TempDir>,
+}
+
+impl Shim {
+    /// Spawns the daemon with `RUST_LOG=warn`, stderr inherited.
+    pub(crate) fn spawn(sim: &SimHandle) -> Shim {
+        Shim::spawn_with(sim, &[])
+    }
+
+    /// [`Shim::spawn`] with extra environment; an empty value removes the variable.
+    pub(crate) fn spawn_with(sim: &SimHandle, env: &[(&str, &str)]) -> Shim {
+        Shim::spawn_logged(sim, "warn", Stdio::inherit(), env)
+    }
+
+    /// Spawns with this `RUST_LOG`, stderr and extra environment (an empty value removes the
+    /// variable).
+    pub(crate) fn spawn_logged(
+        sim: &SimHandle,
+        log: &str,
+        stderr: Stdio,
+        env: &[(&str, &str)],
+    ) -> Shim {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_canon-hermes"));
+        command
+            .args(["serve", "--stdio"])
+            .env("CANON_API_KEY", sim.api_key())
+            .env("CANON_BASE_URL", sim.base_url())
+            .env("CANON_STREAM_URL", sim.stream_url())
+            .env_remove("CANON_ENVIRONMENT_ID")
+            .env_remove("CANON_HOME_CHANNEL")
+            .env_remove("CANON_HERMES_PARENT_PID")
+            .env_remove("CANON_HERMES_SIGNAL_POLL_MS")
+            .env_remove("CANON_HERMES_STATUS_INTERVAL_MS")
+            .env("RUST_LOG", log);
+        for (name, value) in env {
+            if value.is_empty() {
+                command.env_remove(name);
+            } else {
+                command.env(name, value);
+            }
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the binary starts");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Read continuously, so every frame's instant is when it could first be read.
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if tx.send((line, Instant::now())).is_err() {
+                    break;
+                }
+            }
+        });
+        Shim {
+            child,
+            stdin,
+            lines,
+            next_id: 0,
+            backlog: VecDeque::new(),
+            home: None,
+        }
+    }
+
+    /// [`Shim::spawn_with`] with `home` as the daemon's `CANON_HOME`, kept as long as the shim.
+    // Only `serve_media.rs` gives the daemon its own home; the bench does not.
+    #[allow(dead_code)]
+    pub(crate) fn spawn_in(sim: &SimHandle, home: tempfile::TempDir, env: &[(&str, &str)]) -> Shim {
+        let path = home.path().to_str().expect("a UTF-8 temp dir").to_owned();
+        let mut all = vec![("CANON_HOME", path.as_str())];
+        all.extend_from_slice(env);
+        let mut shim = Shim::spawn_with(sim, &all);
+        shim.home = Some(home);
+        shim
+    }
+
+    /// The daemon's `CANON_HOME` given to [`Shim::spawn_in`].
+    // Only `serve_media.rs` gives the daemon its own home; the bench does not.
+    #[allow(dead_code)]
+    pub(crate) fn home(&self) -> &Path {
+        self.home.as_ref().expect("spawned with a home").path()
+    }
+
+    /// The daemon's process id.
+    // Only the bench reads the daemon's `/proc` figures.
+    #[allow(dead_code)]
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id().expect("the daemon is running")
+    }
+
+    /// Writes one frame as a line on the daemon's stdin.
+    pub(crate) async fn write(&mut self, frame: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        let mut line = frame.to_string();
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).await.expect("write stdin");
+        stdin.flush().await.expect("flush stdin");
+    }
+
+    /// The next frame from stdout (not the backlog), with the instant it was read.
+    async fn read_frame(&mut self) -> Frame {
+        let (line, at) = tokio::time::timeout(WAIT, self.lines.recv())
+            .await
+            .expect("a frame within the wait")
+            .expect("stdout open");
+        let frame = serde_json::from_str(&line).expect("stdout carries JSON frames only");
+        (frame, at)
+    }
+
+    /// Writes a request; returns its id.
+    pub(crate) async fn send(&mut self, kind: &str, body: Value) -> String {
+        self.next_id += 1;
+        let id = format!("s:{}", self.next_id);
+        self.write(&json!({"v": 1, "type": kind, "id": id, "body": body}))
+            .await;
+        id
+    }
+
+    /// The reply to request `id` (from the backlog first), keeping other frames in the backlog.
+    pub(crate) async fn reply(&mut self, id: &str) -> Frame {
+        let is_reply = |f: &Value| f.get("id") == Some(&json!(id)) && f.get("ok").is_some();
+        if let Some(i) = self.backlog.iter().position(|(f, _)| is_reply(f)) {
+            return self.backlog.remove(i).expect("present");
+        }
+        loop {
+            let frame = self.read_frame().await;
+            if is_reply(&frame.0) {
+                return frame;
+            }
+            self.backlog.push_back(frame);
+        }
+    }
+
+    /// Sends a request and returns its response, keeping other frames in the backlog.
+    pub(crate) async fn request(&mut self, kind: &str, body: Value) -> Value {
+        let id = self.send(kind, body).await;
+        self.reply(&id).await.0
+    }
+
+    /// The next frame of `kind` (from the backlog first), with the instant it was read.
+    pub(crate) async fn expect_frame(&mut self, kind: &str) -> Frame {
+        if let Some(i) = self.backlog.iter().position(|(f, _)| f["type"] == kind) {
+            return self.backlog.remove(i).expect("present");
+        }
+        loop {
+            let frame = self.read_frame().await;
+            if frame.0["type"] == kind {
+                return frame;
+            }
+            self.backlog.push_back(frame);
+        }
+    }
+
+    /// The next frame of `kind` (from the backlog first).
+    // The bench times its frames, so it uses `expect_frame` only.
+    #[allow(dead_code)]
+    pub(crate) async fn expect(&mut self, kind: &str) -> Value {
+        self.expect_frame(kind).await.0
+    }
+
+    /// The next `inbound.message` (from the backlog first), accepted.
+    // The bench times the frame, so it expects and answers it itself.
+    #[allow(dead_code)]
+    pub(crate) async fn accept_inbound(&mut self) -> Value {
+        let inbound = self.expect("inbound.message").await;
+        self.answer(&inbound, json!({"accepted": true})).await;
+        inbound
+    }
+
+    /// The frames read while waiting for something else, oldest first.
+    // Only `serve_stdio.rs` inspects the backlog.
+    #[allow(dead_code)]
+    pub(crate) fn backlog(&self) -> impl Iterator<Item = &Value> {
+        self.backlog.iter().map(|(f, _)| f)
+    }
+
+    /// Drops the notifications read so far (they need no answer), keeping replies.
+    // Only the bench, which runs many turns on one daemon, trims the backlog.
+    #[allow(dead_code)]
+    pub(crate) fn drop_notifications(&mut self) {
+        self.backlog.retain(|(f, _)| {
+            let reply = f.get("ok").is_some();
+            assert!(reply || f.get("id").is_none(), "an unanswered request: {f}");
+            reply
+        });
+    }
+
+    /// Answers a daemon-originated request with `{ok: true, body}`.
+    pub(crate) async fn answer(&mut self, request: &Value, body: Value) {
+        self.write(
+            &json!({"v": 1, "id": request["id"], "re": request["type"], "ok": true,
+                           "body": body}),
+        )
+        .await;
+    }
+
+    /// The `hello` request; returns its response.
+    pub(crate) async fn hello(&mut self) -> Value {
+        self.request(
+            "hello",
+            json!({
+                "protocols": [1],
+                "manifest_sha256": "0".repeat(64),
+                "shim_version": env!("CARGO_PKG_VERSION"),
+                "binary_version": env!("CARGO_PKG_VERSION"),
+                "hermes_version": "0.19.0",
+                "python_version": "3.11.7",
+                "pid": 1,
+                "hermes_home": "/tmp/hermes",
+            }),
+        )
+        .await
+    }
+
+    /// `hello`, then `adapter.connect` with this `config` and `host`; the connect response.
+    pub(crate) async fn try_connect_with(&mut self, config: Value, host: Value) -> Value {
+        let hello = self.hello().await;
+        assert_eq!(hello["ok"], true, "{hello}");
+        self.request(
+            "adapter.connect",
+            json!({"adapter_instance": 1, "config": config, "host": host}),
+        )
+        .await
+    }
+
+    /// [`Shim::try_connect_with`] as Hermes connects: typing indicator and streaming on.
+    pub(crate) async fn try_connect(&mut self) -> Value {
+        self.try_connect_with(
+            json!({"extra": {}, "typing_indicator": true}),
+            json!({"streaming_enabled": true}),
+        )
+        .await
+    }
+
+    /// [`Shim::try_connect_with`], asserting the connect, then waits for the event stream.
+    // Only `serve_media.rs` connects with its own platform settings.
+    #[allow(dead_code)]
+    pub(crate) async fn connect_with(&mut self, sim: &SimHandle, config: Value, host: Value) {
+        let connect = self.try_connect_with(config, host).await;
+        connected(sim, &connect).await;
+    }
+
+    /// [`Shim::try_connect`], asserting the connect, then waits for the event stream.
+    pub(crate) async fn connect(&mut self, sim: &SimHandle) {
+        let connect = self.try_connect().await;
+        connected(sim, &connect).await;
+    }
+
+    /// Closes stdin and returns the exit code.
+    pub(crate) async fn close(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("the daemon exits after EOF")
+            .expect("wait works");
+        status.code()
+    }
+}
+
+/// Asserts a successful `adapter.connect` response and waits until the daemon opened the event
+/// stream.
+async fn connected(sim: &SimHandle, connect: &Value) {
+    assert_eq!(connect["body"]["connected"], true, "{connect}");
+    assert_eq!(connect["body"]["agent_id"], DEFAULT_AGENT);
+    sim.wait_for("stream open", WAIT, |s| !s.open_streams.is_empty())
+        .await
+        .expect("the daemon opens the event stream");
+}
+
+/// A simulator with the test configuration.
+pub(crate) async fn sim() -> SimHandle {
+    Sim::start(SimConfig::for_tests())
+        .await
+        .expect("the simulator starts")
+}
