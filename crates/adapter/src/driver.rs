@@ -1230,7 +1230,7 @@ impl Driver {
             }
             ShimRequest::TurnAccepted(accepted) => {
                 let request = self.register(id, re);
-                let input = self.processing_start(
+                let start = self.processing_start(
                     request,
                     &accepted.event_ref,
                     accepted.session_key,
@@ -1238,7 +1238,11 @@ impl Driver {
                     accepted.queue_depth,
                     accepted.absorbed_refs,
                 );
-                self.feed(Input::QueueDequeued(input)).await;
+                self.feed(Input::QueueDequeued {
+                    start,
+                    interrupted: accepted.interrupted,
+                })
+                .await;
             }
             ShimRequest::TurnComplete(complete) => {
                 let request = self.register(id, re);

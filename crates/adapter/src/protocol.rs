@@ -49,7 +49,13 @@
 //! each open turn, dequeued follow-ups included, until its `turn.complete`
 //! or the next boundary, and hands them back in `resync` after a respawn.
 //! (`turn.accepted` answered `{}` before; the id was added without a version
-//! bump, §19.5.)
+//! bump, §19.5.) The shim sends `turn.accepted` at the dequeue itself; Hermes
+//! dequeues before the previous answer's final edits, so the daemon answers
+//! the new id at once and performs the boundary when the follow-up's output
+//! starts (its first send replying to it, a hook, the next dequeue or
+//! `turn.complete`). Its additive `interrupted` field says the shim
+//! interrupted the running agent for the follow-up: the previous turn then
+//! closes as cancelled (the shim no longer sends a `turn.complete` for it).
 //!
 //! Shim → daemon notifications ([`ShimNotification`]): `typing`,
 //! `hook.pre_tool_call`, `hook.post_tool_call`, `hook.subagent_stop`,
@@ -922,6 +928,11 @@ pub struct TurnAccepted {
     /// The session's queue depth.
     #[serde(default)]
     pub queue_depth: u32,
+    /// This adapter interrupted the running agent for this follow-up
+    /// (`interrupt` or `stop` intent), so the previous turn closes as
+    /// cancelled. Additive, without a version bump (§19.5).
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// Hermes' `ProcessingOutcome` (hermes-host.md §8.8).

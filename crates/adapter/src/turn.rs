@@ -20,6 +20,20 @@
 //!   the turn leaves its session (a new turn may open at once) and finishes
 //!   closing on its own: final delivery, 750 ms handoff, clear, closing
 //!   publish, then the answer to `turn.complete`.
+//! * A dequeue (`turn.accepted`, OQ-18) is answered at once with the
+//!   follow-up's new turn id, but Hermes dequeues before the previous
+//!   answer's stream consumer has sent its final edits, so the boundary
+//!   waits: until then the session's sends, edits and hooks stay with the
+//!   running turn. The boundary closes the running turn exactly as a
+//!   processing complete would (success, or cancelled when the input says
+//!   this adapter interrupted it; no host request waits on that close), then
+//!   opens the follow-up's turn under the answered id. It happens at the
+//!   first of: a send replying to the follow-up's message (`reply_to` or
+//!   `metadata.reply_to_message_id`; with no reply at all, a previewing send
+//!   once the running answer is finalized), which then belongs to the new
+//!   turn; a hook of the session; the session's next dequeue; processing
+//!   complete (whose outcome then closes the follow-up's turn); a second
+//!   processing start.
 //! * `pre_tool_call` discards the candidate (§7.4), but Hermes' stream
 //!   consumer closes the pre-tool message on its next tick, usually after
 //!   the hook. Until the next previewing `send` (a new segment always starts
@@ -50,8 +64,9 @@
 //! when the tool starts and when the last one finishes, coalesced to one
 //! write per 250 ms per turn), OQ-5 (republish the open state after 10 min
 //! of silence, except in `waiting_input`), OQ-8 (verbosity frozen at turn
-//! open), OQ-18 (turn boundary at dequeue), hermes-host.md Q4 (a resynced
-//! turn that completes with nothing staged closes as `interrupted`).
+//! open), OQ-18 (a dequeued follow-up is its own turn), hermes-host.md Q4 (a
+//! resynced turn that completes with nothing staged closes as
+//! `interrupted`).
 //!
 //! # Invariants
 //!
@@ -278,6 +293,18 @@ struct Turn {
     /// starts with a `send`). That late text is pre-tool speech: it revises
     /// the sealed speech block and never re-enters the candidate (§7.4).
     closing_pre_tool_segment: bool,
+    /// A follow-up dequeued inside this turn's run whose boundary waits for
+    /// its first output (turns.md §10.3; see [`TurnMachine::boundary`]).
+    follow_up: Option<Box<FollowUp>>,
+}
+
+/// A dequeued follow-up whose turn id was answered but whose turn is not
+/// open yet.
+#[derive(Debug, Clone, PartialEq)]
+struct FollowUp {
+    start: ProcessingStart,
+    turn_id: String,
+    interrupted: bool,
 }
 
 /// Who is waiting for an operation's result.
@@ -373,8 +400,9 @@ impl TurnMachine {
     pub fn handle(&mut self, input: Input, now_ms: u64) -> Vec<Effect> {
         let mut out = Vec::new();
         match input {
-            Input::ProcessingStart(start) | Input::QueueDequeued(start) => {
-                self.on_start(start, now_ms, &mut out)
+            Input::ProcessingStart(start) => self.on_start(start, now_ms, &mut out),
+            Input::QueueDequeued { start, interrupted } => {
+                self.on_dequeue(start, interrupted, now_ms, &mut out)
             }
             Input::ProcessingComplete {
                 request,
@@ -382,15 +410,20 @@ impl TurnMachine {
                 conversation_id,
                 outcome,
                 queue_depth,
-            } => self.on_complete(
-                Some(request),
-                &session_key,
-                &conversation_id,
-                outcome,
-                queue_depth,
-                now_ms,
-                &mut out,
-            ),
+            } => {
+                // The boundary of a follow-up still waiting comes first; the
+                // outcome is then the follow-up's.
+                self.boundary(&session_key, now_ms, &mut out);
+                self.on_complete(
+                    Some(request),
+                    &session_key,
+                    &conversation_id,
+                    outcome,
+                    queue_depth,
+                    now_ms,
+                    &mut out,
+                )
+            }
             Input::Send(send) => self.on_send(send, now_ms, &mut out),
             Input::Edit(edit) => self.on_edit(edit, now_ms, &mut out),
             Input::Activity {
@@ -465,25 +498,113 @@ impl TurnMachine {
     // ----- E1 and the dequeue boundary -----
 
     fn on_start(&mut self, start: ProcessingStart, now: u64, out: &mut Vec<Effect>) {
-        // A lifecycle turn still open in this session ends here: at a
-        // dequeue it is flushed as its own turn (OQ-18); a second start
-        // (startup restore, hermes-host.md §9.5) is treated the same way.
+        // A lifecycle turn still open in this session ends here, as its own
+        // turn: a second start (startup restore, hermes-host.md §9.5).
+        self.boundary(&start.session_key, now, out);
+        self.close_running(
+            &start.session_key,
+            Outcome::Success,
+            start.queue_depth,
+            now,
+            out,
+        );
+        let id = turn_id_from_random(start.random);
+        let request = start.request;
+        self.open(start, id.clone(), now, out);
+        // The shim keeps the id to hand the turn over in a `resync`
+        // (hermes-host.md §19.10); `turn.accepted` answers its id too.
+        out.push(reply(request, HostReply::TurnStarted { turn_id: id }));
+    }
+
+    /// A follow-up dequeued inside a run (turns.md §10.3, OQ-18). Hermes
+    /// dequeues it before the previous answer's stream consumer has sent its
+    /// final edits, so the id is answered now and the boundary waits: until
+    /// then the session's sends, edits and hooks stay with the running turn.
+    /// With no running lifecycle turn the boundary is immediate.
+    fn on_dequeue(
+        &mut self,
+        start: ProcessingStart,
+        interrupted: bool,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
+        // An earlier follow-up still waiting takes its boundary first.
+        self.boundary(&start.session_key, now, out);
+        let id = turn_id_from_random(start.random);
+        let request = start.request;
+        match self
+            .sessions
+            .get_mut(&start.session_key)
+            .filter(|t| t.lifecycle)
+        {
+            Some(running) => {
+                running.follow_up = Some(Box::new(FollowUp {
+                    start,
+                    turn_id: id.clone(),
+                    interrupted,
+                }));
+            }
+            None => self.open(start, id.clone(), now, out),
+        }
+        out.push(reply(request, HostReply::TurnStarted { turn_id: id }));
+    }
+
+    /// Performs the pending dequeue boundary of `session_key`, if any: the
+    /// running turn closes as a processing complete would (success, or
+    /// cancelled when this adapter interrupted it; no host request waits on
+    /// that close), then the follow-up's turn opens under its answered id.
+    fn boundary(&mut self, session_key: &str, now: u64, out: &mut Vec<Effect>) {
+        let Some(follow_up) = self
+            .sessions
+            .get_mut(session_key)
+            .and_then(|t| t.follow_up.take())
+        else {
+            return;
+        };
+        let FollowUp {
+            start,
+            turn_id,
+            interrupted,
+        } = *follow_up;
+        let outcome = if interrupted {
+            Outcome::Cancelled
+        } else {
+            Outcome::Success
+        };
+        self.close_running(session_key, outcome, start.queue_depth, now, out);
+        self.open(start, turn_id, now, out);
+    }
+
+    /// Closes the lifecycle turn running in `session_key`, if any, with no
+    /// host request to answer.
+    fn close_running(
+        &mut self,
+        session_key: &str,
+        outcome: Outcome,
+        queue_depth: u32,
+        now: u64,
+        out: &mut Vec<Effect>,
+    ) {
         let running = self
             .sessions
-            .get(&start.session_key)
+            .get(session_key)
             .filter(|t| t.lifecycle)
             .map(|t| t.conversation_id.clone());
         if let Some(conversation) = running {
             self.on_complete(
                 None,
-                &start.session_key,
+                session_key,
                 &conversation,
-                Outcome::Success,
-                start.queue_depth,
+                outcome,
+                queue_depth,
                 now,
                 out,
             );
         }
+    }
+
+    /// Opens a lifecycle turn with id `id` (E1 steps a–f); no reply.
+    fn open(&mut self, start: ProcessingStart, id: String, now: u64, out: &mut Vec<Effect>) {
         // A loose turn of the session is replaced; its pending state goes.
         self.sessions.remove(&start.session_key);
 
@@ -507,7 +628,6 @@ impl TurnMachine {
         });
 
         // (c)–(f): responder, turn id, `thinking`, reply authority, verbosity.
-        let id = turn_id_from_random(start.random);
         let verbosity = resolve_turn_verbosity(self.config.verbosity, start.conversation_type);
         let mut turn = Turn::new(&id, &start.conversation_id, now, true, verbosity);
         turn.trigger_message_id = start.message_id.clone();
@@ -523,9 +643,6 @@ impl TurnMachine {
             }));
         }
         self.sessions.insert(start.session_key, turn);
-        // `turn.accepted` answers the new id too, so the shim can hand the
-        // follow-up's turn over in a `resync` (hermes-host.md §19.10).
-        out.push(reply(start.request, HostReply::TurnStarted { turn_id: id }));
     }
 
     // ----- E12–E14 -----
@@ -639,6 +756,11 @@ impl TurnMachine {
     fn on_send(&mut self, send: HostSend, now: u64, out: &mut Vec<Effect>) {
         let expect_edits = truthy(send.metadata.get("expect_edits"));
         let notify = truthy(send.metadata.get("notify"));
+        if let Some(key) = self.open_turn_key(send.session_key.as_deref(), &send.conversation_id) {
+            if self.starts_follow_up(&key, &send, notify || expect_edits) {
+                self.boundary(&key, now, out);
+            }
+        }
         let config = self.config;
         if replies_to_control_event(&send) {
             // Hermes answers a Canon stop/new signal with a command reply
@@ -766,6 +888,34 @@ impl TurnMachine {
                     )),
                 }
             }
+        }
+    }
+
+    /// Whether `send` is the first output of the follow-up waiting in
+    /// `key`: it replies to the follow-up's message (`reply_to`, else
+    /// `metadata.reply_to_message_id`). A previewing send that replies to
+    /// nothing counts too once the running answer is finalized (Hermes
+    /// without reply threading): the previous stream consumer is done then,
+    /// and its own continuations reply to its own message.
+    fn starts_follow_up(&self, key: &str, send: &HostSend, previewing: bool) -> bool {
+        let Some(turn) = self.sessions.get(key) else {
+            return false;
+        };
+        let Some(follow_up) = turn.follow_up.as_deref() else {
+            return false;
+        };
+        let reply_to = send
+            .reply_to
+            .as_deref()
+            .or_else(|| {
+                send.metadata
+                    .get("reply_to_message_id")
+                    .and_then(Value::as_str)
+            })
+            .filter(|r| !r.is_empty());
+        match reply_to {
+            Some(reply_to) => follow_up.start.message_id.as_deref() == Some(reply_to),
+            None => previewing && turn.candidate.as_ref().is_some_and(|c| c.finalized),
         }
     }
 
@@ -938,6 +1088,11 @@ impl TurnMachine {
         now: u64,
         out: &mut Vec<Effect>,
     ) {
+        // Hooks only fire inside a run: with a follow-up waiting, they are
+        // the follow-up's, so its turn starts here.
+        if let Some(key) = self.open_turn_key(session_key, conversation_id) {
+            self.boundary(&key, now, out);
+        }
         let config = self.config;
         let Some(turn) = self.open_turn_mut(session_key, conversation_id) else {
             return;
@@ -1406,6 +1561,7 @@ impl Turn {
             clear_at: None,
             closing: None,
             closing_pre_tool_segment: false,
+            follow_up: None,
         }
     }
 

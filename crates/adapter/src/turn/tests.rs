@@ -1244,46 +1244,296 @@ fn staging_rules() {
     ]);
 }
 
-/// turns.md §10.3 and OQ-18: a dequeued follow-up closes the running turn
-/// with its own final and opens a new turn at once.
-#[test]
-fn dequeue_is_a_turn_boundary() {
-    let mut next = start_in(3, S1, C1, "m2", ConversationType::Direct, 2);
+fn dequeue(start: ProcessingStart, interrupted: bool) -> Input {
+    Input::QueueDequeued { start, interrupted }
+}
+
+/// The follow-up `m<n>` of [`S1`], dequeued with turn `T<n>`, queue depth 2.
+fn follow_up(request: u64, message: &str, n: u8) -> ProcessingStart {
+    let mut next = start_in(request, S1, C1, message, ConversationType::Direct, n);
     next.disposition_queued = true;
-    check(vec![
-        (0, start(1, "m1", 1), &["read conv-1", "turn thinking T1 q=0 active=m1", "reply r1 started T1"]),
-        (1, edit(2, "Answer one", true), &[
+    next.queue_depth = 2;
+    next
+}
+
+/// A send of [`S1`] replying to `reply_to` (through `metadata.reply_to_message_id` when
+/// `in_metadata`).
+fn send_replying(
+    request: u64,
+    content: &str,
+    reply_to: Option<&str>,
+    in_metadata: bool,
+    mut metadata: Value,
+) -> Input {
+    if in_metadata {
+        metadata["reply_to_message_id"] = json!(reply_to);
+    }
+    Input::Send(HostSend {
+        request: RequestId(request),
+        session_key: Some(S1.to_owned()),
+        conversation_id: C1.to_owned(),
+        content: content.to_owned(),
+        reply_to: reply_to.filter(|_| !in_metadata).map(str::to_owned),
+        metadata: meta(metadata),
+        random: rand(9),
+    })
+}
+
+/// The opening of `T1` for `m1` with a streamed, not yet finalized answer.
+fn streaming_first_turn() -> Vec<Step> {
+    vec![
+        (
+            0,
+            start(1, "m1", 1),
+            &[
+                "read conv-1",
+                "turn thinking T1 q=0 active=m1",
+                "reply r1 started T1",
+            ],
+        ),
+        (
+            1,
+            preview(2, "Answer one ▉"),
+            &[
+                "stream set T1 text=\"Answer one ▉\" blocks=[text:T1:1:running]",
+                "turn streaming T1 q=0",
+                "reply r2 preview T1",
+            ],
+        ),
+    ]
+}
+
+/// turns.md §10.3 and OQ-18: `turn.accepted` answers the follow-up's id at
+/// once, the previous answer's late edits stay in the running turn, and the
+/// follow-up's first send (replying to it) closes that turn with its own
+/// final and opens the new one under the answered id.
+#[test]
+fn dequeue_boundary_waits_for_the_follow_ups_first_send() {
+    let mut steps = streaming_first_turn();
+    steps.extend::<Vec<Step>>(vec![
+        (2, dequeue(follow_up(3, "m2", 2), false), &["reply r3 started T2"]),
+        // Hermes' stream consumer finishes the previous answer after the dequeue.
+        (3, edit(4, "Answer one", true), &[
             "stream set T1 text=\"Answer one\" blocks=[text:T1:1:completed]",
             "turn streaming T1 q=0",
-            "reply r2 preview T1",
+            "reply r4 preview T1",
         ]),
-        (2, Input::QueueDequeued(next), &[
+        (4, typing(true), &["typing conv-1 on thinking"]),
+        // A send replying to another message is not the follow-up's.
+        (5, send_replying(5, "aside", Some("m1"), false, Value::Null), &["reply r5 aux T1"]),
+        (6, send_replying(6, "Answer two ▉", Some("m2"), false, json!({"expect_edits": true})), &[
             "deliver op1 messages conv-1 [base turn_complete \"Answer one\" trail=[text:T1:1:completed]]",
             "ack conv-1 m2",
             "read conv-1",
-            "turn thinking T2 q=0 active=m2",
-            "reply r3 started T2",
+            "turn thinking T2 q=2 active=m2",
+            "stream set T2 text=\"Answer two ▉\" blocks=[text:T2:1:running]",
+            "turn streaming T2 q=2",
+            "reply r6 preview T2",
         ]),
-        (3, send_with(4, Some(S1), "Answer two", json!({"expect_edits": true})), &[
-            "stream set T2 text=\"Answer two\" blocks=[text:T2:1:running]",
-            "turn streaming T2 q=0",
-            "reply r4 preview T2",
-        ]),
-        (4, delivered(1), &[]),
-        (754, Input::Timeout, &[
+        (7, delivered(1), &[]),
+        (757, Input::Timeout, &[
             "stream clear conv-1",
-            "turn completed T1 q=0",
+            "turn completed T1 q=2",
             "typing.resume conv-1",
         ]),
-        (755, edit(5, "Answer two", true), &[
+        (758, edit(7, "Answer two", true), &[
             "stream set T2 text=\"Answer two\" blocks=[text:T2:1:completed]",
-            "turn streaming T2 q=0",
-            "reply r5 preview T2",
+            "turn streaming T2 q=2",
+            "reply r7 preview T2",
         ]),
-        (756, complete(6, Outcome::Success), &[
+        (759, complete(8, Outcome::Success), &[
             "deliver op2 messages conv-1 [base turn_complete \"Answer two\" trail=[text:T2:1:completed]]",
         ]),
     ]);
+    check(steps);
+}
+
+/// The follow-up's first send may name its message in
+/// `metadata.reply_to_message_id` only (Hermes' stream consumer).
+#[test]
+fn dequeue_boundary_at_a_send_replying_in_metadata() {
+    let mut steps = streaming_first_turn();
+    steps.extend::<Vec<Step>>(vec![
+        (
+            2,
+            dequeue(follow_up(3, "m2", 2), false),
+            &["reply r3 started T2"],
+        ),
+        (
+            3,
+            send_replying(4, "Two ▉", Some("m2"), true, json!({"expect_edits": true})),
+            &[
+                "stream clear conv-1",
+                "turn completed T1 q=2",
+                "typing.resume conv-1",
+                "ack conv-1 m2",
+                "read conv-1",
+                "turn thinking T2 q=2 active=m2",
+                "stream set T2 text=\"Two ▉\" blocks=[text:T2:1:running]",
+                "turn streaming T2 q=2",
+                "reply r4 preview T2",
+            ],
+        ),
+    ]);
+    check(steps);
+}
+
+/// Without reply threading, a previewing send that replies to nothing starts
+/// the follow-up once the running answer is finalized, and not before.
+#[test]
+fn dequeue_boundary_at_an_unthreaded_send_after_the_final() {
+    let mut steps = streaming_first_turn();
+    steps.extend::<Vec<Step>>(vec![
+        (2, dequeue(follow_up(3, "m2", 2), false), &["reply r3 started T2"]),
+        (3, send_replying(4, "more ▉", None, false, json!({"expect_edits": true})), &[
+            "stream set T1 text=\"more ▉\" blocks=[text:T1:1:running]",
+            "turn streaming T1 q=0",
+            "reply r4 preview T1",
+        ]),
+        (4, edit(5, "Answer one", true), &[
+            "stream set T1 text=\"Answer one\" blocks=[text:T1:1:completed]",
+            "turn streaming T1 q=0",
+            "reply r5 preview T1",
+        ]),
+        (5, send_replying(6, "Two ▉", None, false, json!({"expect_edits": true})), &[
+            "deliver op1 messages conv-1 [base turn_complete \"Answer one\" trail=[text:T1:1:completed]]",
+            "ack conv-1 m2",
+            "read conv-1",
+            "turn thinking T2 q=2 active=m2",
+            "stream set T2 text=\"Two ▉\" blocks=[text:T2:1:running]",
+            "turn streaming T2 q=2",
+            "reply r6 preview T2",
+        ]),
+    ]);
+    check(steps);
+}
+
+/// A hook of the session (only the follow-up's run can fire one) performs
+/// the boundary, then applies to the new turn.
+#[test]
+fn dequeue_boundary_at_a_hook() {
+    let mut steps = streaming_first_turn();
+    steps.extend::<Vec<Step>>(vec![
+        (
+            2,
+            dequeue(follow_up(3, "m2", 2), false),
+            &["reply r3 started T2"],
+        ),
+        (
+            3,
+            tool_started("call_1", "search"),
+            &[
+                "stream clear conv-1",
+                "turn completed T1 q=2",
+                "typing.resume conv-1",
+                "ack conv-1 m2",
+                "read conv-1",
+                "turn thinking T2 q=2 active=m2",
+                "stream set T2 text=\"\" blocks=[tool:call_1:running]",
+                "turn tool T2 q=2",
+            ],
+        ),
+    ]);
+    check(steps);
+}
+
+/// A second dequeue performs the boundary of the first follow-up, then waits
+/// for its own; processing complete performs the last boundary and closes
+/// the last follow-up's turn with the outcome.
+#[test]
+fn dequeue_boundary_at_the_next_dequeue_and_at_complete() {
+    let mut steps = streaming_first_turn();
+    steps.extend::<Vec<Step>>(vec![
+        (
+            2,
+            dequeue(follow_up(3, "m2", 2), false),
+            &["reply r3 started T2"],
+        ),
+        (
+            3,
+            dequeue(follow_up(4, "m3", 3), false),
+            &[
+                "stream clear conv-1",
+                "turn completed T1 q=2",
+                "typing.resume conv-1",
+                "ack conv-1 m2",
+                "read conv-1",
+                "turn thinking T2 q=2 active=m2",
+                "reply r4 started T3",
+            ],
+        ),
+        (
+            4,
+            complete(5, Outcome::Failure),
+            &[
+                "stream clear conv-1",
+                "turn completed T2 q=2",
+                "typing.resume conv-1",
+                "ack conv-1 m3",
+                "read conv-1",
+                "turn thinking T3 q=2 active=m3",
+                "stream clear conv-1",
+                "turn completed T3 q=0",
+                "typing.resume conv-1",
+                "reply r5 done",
+            ],
+        ),
+    ]);
+    let machine = check(steps);
+    assert_eq!(machine.open_turn(S1), None);
+    assert!(machine.closing.is_empty());
+}
+
+/// `interrupted`: this adapter interrupted the running agent for the
+/// follow-up, so the previous turn closes as cancelled: nothing of its staged
+/// answer is published, even when it was finalized.
+#[test]
+fn interrupted_dequeue_closes_the_previous_turn_as_cancelled() {
+    let mut steps = streaming_first_turn();
+    steps.extend::<Vec<Step>>(vec![
+        (2, dequeue(follow_up(3, "m2", 2), true), &["reply r3 started T2"]),
+        (3, edit(4, "Answer one", true), &[
+            "stream set T1 text=\"Answer one\" blocks=[text:T1:1:completed]",
+            "turn streaming T1 q=0",
+            "reply r4 preview T1",
+        ]),
+        (4, send_replying(5, "Two ▉", Some("m2"), false, json!({"expect_edits": true})), &[
+            "stream clear conv-1",
+            "turn interrupted T1 q=2",
+            "typing.resume conv-1",
+            "ack conv-1 m2",
+            "read conv-1",
+            "turn thinking T2 q=2 active=m2",
+            "stream set T2 text=\"Two ▉\" blocks=[text:T2:1:running]",
+            "turn streaming T2 q=2",
+            "reply r5 preview T2",
+        ]),
+        (5, edit(6, "Two", true), &[
+            "stream set T2 text=\"Two\" blocks=[text:T2:1:completed]",
+            "turn streaming T2 q=2",
+            "reply r6 preview T2",
+        ]),
+        (6, complete(7, Outcome::Success), &[
+            "deliver op1 messages conv-1 [base turn_complete \"Two\" trail=[text:T2:1:completed]]",
+        ]),
+    ]);
+    check(steps);
+}
+
+/// With no lifecycle turn running in the session, a dequeue opens its turn
+/// at once.
+#[test]
+fn dequeue_without_a_running_turn_opens_at_once() {
+    check(vec![(
+        0,
+        dequeue(follow_up(1, "m2", 2), true),
+        &[
+            "ack conv-1 m2",
+            "read conv-1",
+            "turn thinking T2 q=2 active=m2",
+            "reply r1 started T2",
+        ],
+    )]);
 }
 
 /// turns.md §7.1: concurrent turns of different users in one group; a send
@@ -1491,6 +1741,9 @@ enum Op {
         session: Option<u8>,
         kind: u8,
         big: bool,
+        /// Replies to the message of the input this many steps back (a
+        /// dequeued follow-up's, perhaps), or to nothing.
+        reply: Option<u8>,
     },
     Edit {
         session: Option<u8>,
@@ -1530,8 +1783,18 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         (session.clone(), 1u8..16).prop_map(|(session, n)| Op::Start { session, n }),
         (session.clone(), 1u8..16).prop_map(|(session, n)| Op::Dequeue { session, n }),
         (session.clone(), 0u8..3).prop_map(|(session, outcome)| Op::Complete { session, outcome }),
-        (proptest::option::of(session.clone()), 0u8..4, any::<bool>())
-            .prop_map(|(session, kind, big)| Op::Send { session, kind, big }),
+        (
+            proptest::option::of(session.clone()),
+            0u8..4,
+            any::<bool>(),
+            proptest::option::of(1u8..4)
+        )
+            .prop_map(|(session, kind, big, reply)| Op::Send {
+                session,
+                kind,
+                big,
+                reply
+            }),
         (proptest::option::of(session.clone()), any::<bool>())
             .prop_map(|(session, finalize)| Op::Edit { session, finalize }),
         (session.clone(), any::<bool>()).prop_map(|(session, start)| Op::Tool { session, start }),
@@ -1571,10 +1834,12 @@ fn to_input(op: &Op, request: u64, ops: &[OpId], now: u64) -> Input {
             );
             // Distinct randomness per turn, as the driver guarantees.
             start.random |= u128::from(request) << 64;
-            if matches!(op, Op::Start { .. }) {
-                Input::ProcessingStart(start)
-            } else {
-                Input::QueueDequeued(start)
+            match op {
+                Op::Start { .. } => Input::ProcessingStart(start),
+                _ => Input::QueueDequeued {
+                    start,
+                    interrupted: n % 2 == 0,
+                },
             }
         }
         Op::Complete { session, outcome } => Input::ProcessingComplete {
@@ -1585,7 +1850,12 @@ fn to_input(op: &Op, request: u64, ops: &[OpId], now: u64) -> Input {
                 [usize::from(*outcome) % 3],
             queue_depth: 0,
         },
-        Op::Send { session, kind, big } => {
+        Op::Send {
+            session,
+            kind,
+            big,
+            reply,
+        } => {
             let metadata = match kind {
                 0 => json!({"expect_edits": true}),
                 1 => json!({"notify": true}),
@@ -1601,6 +1871,8 @@ fn to_input(op: &Op, request: u64, ops: &[OpId], now: u64) -> Input {
             // Fresh randomness per call, as the driver guarantees.
             if let Input::Send(host) = &mut send {
                 host.random |= u128::from(request) << 64;
+                host.reply_to =
+                    reply.map(|back| format!("m{}", request.saturating_sub(u64::from(back))));
             }
             send
         }
@@ -1698,7 +1970,9 @@ proptest! {
     /// For any input sequence the machine never panics, every lifecycle
     /// turn has at most one distinct `turn_complete` final (by message id)
     /// and at most one closing publish, every host request is answered at
-    /// most once, and deliveries that name no turn (standalone and turn-less
+    /// most once (`turn.start` and `turn.accepted` at once, even while a
+    /// dequeue boundary waits), a turn opens once and closes only after it
+    /// opened, and deliveries that name no turn (standalone and turn-less
     /// sends, turns.md §4.6) never share a message id.
     #[test]
     fn at_most_one_turn_complete_per_turn(ops in proptest::collection::vec(op_strategy(), 1..60)) {
@@ -1716,13 +1990,23 @@ proptest! {
             }
             let request = index as u64 + 1;
             let input = to_input(op, request, &delivered_ops, now);
-            for effect in machine.handle(input, now) {
+            let effects = machine.handle(input, now);
+            if matches!(op, Op::Start { .. } | Op::Dequeue { .. }) {
+                // Answered at once, even while the boundary waits.
+                let answered = effects.iter().any(|e| matches!(e,
+                    Effect::Reply { request: r, reply: HostReply::TurnStarted { .. } } if r.0 == request));
+                prop_assert!(answered, "request {} not answered at once", request);
+            }
+            for effect in effects {
                 match effect {
                     Effect::PublishTurn(p) => {
                         if p.active_message_ids.is_some() {
-                            lifecycle.insert(p.turn_id.clone());
+                            // A turn opens once, under the id it was answered with.
+                            prop_assert!(lifecycle.insert(p.turn_id.clone()), "turn {} opened twice", p.turn_id);
                         }
                         if p.state.is_closing() {
+                            // A waiting follow-up is never closed unopened.
+                            prop_assert!(lifecycle.contains(&p.turn_id), "turn {} closed before it opened", p.turn_id);
                             *closes.entry(p.turn_id).or_default() += 1;
                         }
                     }

@@ -583,7 +583,15 @@ pub enum Input {
     /// `turn.start` (E1).
     ProcessingStart(ProcessingStart),
     /// `turn.accepted {phase:"queue_dequeue"}`: a turn boundary (OQ-18).
-    QueueDequeued(ProcessingStart),
+    /// Answered at once with the follow-up's turn id; the boundary itself
+    /// waits for the follow-up's first output (see the module doc).
+    QueueDequeued {
+        /// The dequeued follow-up.
+        start: ProcessingStart,
+        /// This adapter interrupted the running agent for the follow-up:
+        /// the previous turn closes as cancelled.
+        interrupted: bool,
+    },
     /// `turn.complete` (E12–E14).
     ProcessingComplete {
         /// The host request to answer once the closing state is published.

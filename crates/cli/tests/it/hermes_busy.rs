@@ -513,20 +513,26 @@ def event(mid, **kw):
 def kinds(): return [k for k, _ in d.frames]
 "#;
 
-/// Task-level shim behaviour of the dequeue boundary (hermes-host.md §19.10): the follow-up's
-/// turn id from `turn.accepted` replaces the open turn `resync` would hand over, and the turn
-/// boundary at `on_processing_complete` removes it.
+/// Task-level shim behaviour of the dequeue boundary (hermes-host.md §12.3, §19.10): the dequeue
+/// sends `turn.accepted` at once (the daemon places the boundary), `interrupted` says whether
+/// this adapter interrupted the running agent for it, the follow-up's turn id replaces the open
+/// turn `resync` would hand over, and `on_processing_complete` removes it.
 #[test]
 fn dequeued_follow_up_is_tracked_for_resync() {
     let code = r#"
+class Agent:
+    def interrupt(self, message=None): pass
 first, second = event("m1"), event("m2")
 key = a._key(first.source)
 asyncio.run(a.on_processing_start(first))
 print(a._open[key]["turn_id"])
 runner._promote_queued_event(key, a, second)
-print(key in a._deq, a._open[key]["turn_id"])
-a._flush(key, force=True)
-print(a._open[key]["turn_id"], a._open[key]["event"]["message_id"], a._open[key]["event_ref"])
+print(kinds()[-1], d.frames[-1][1]["interrupted"], a._open[key]["turn_id"], a._open[key]["event_ref"])
+third = event("m3", metadata={"deliveryIntent": "interrupt"})
+runner._running_agents[key] = Agent()
+print(asyncio.run(a._busy(third, key)), key in a._cut)
+runner._promote_queued_event(key, a, third)
+print(kinds()[-1], d.frames[-1][1]["interrupted"], a._open[key]["turn_id"], key in a._cut)
 asyncio.run(a.on_processing_complete(first, ProcessingOutcome.SUCCESS))
 print(key in a._open, kinds())
 "#;
@@ -535,9 +541,10 @@ print(key in a._open, kinds())
         out.lines().collect::<Vec<_>>(),
         [
             "T-ev-m1",
-            "True T-ev-m1",
-            "T-ev-m2 m2 ev-m2",
-            "False ['turn.start', 'turn.accepted', 'turn.complete']",
+            "turn.accepted False T-ev-m2 ev-m2",
+            "True True",
+            "turn.accepted True T-ev-m3 False",
+            "False ['turn.start', 'turn.accepted', 'queue.depth', 'turn.accepted', 'turn.complete']",
         ],
         "{out}"
     );

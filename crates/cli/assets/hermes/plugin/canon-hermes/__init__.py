@@ -376,12 +376,12 @@ def _cache_media(media):
     return paths, types
 
 
-def _done(kind, then=None):
+def _done(kind, then):
     """A done-callback (reader thread): logs a failed `kind`, else hands its result to `then`."""
     def callback(fut):
         if fut.exception():
             log.warning("canon-hermes: %s failed: %s", kind, fut.exception())
-        elif then is not None:
+        else:
             then(fut.result())
     return callback
 
@@ -410,7 +410,6 @@ def _make_adapter_class():
             self._runner = self._delegate = None
             self._routing = False  # every runner attribute of §12.3 verified
             self._open = {}  # session_key → open turn, resent by `resync` (§19.10)
-            self._deq = {}  # session_key → held turn.accepted body (see _dequeued)
             self._runs = {}  # session_key → event_ref of the Canon turn Hermes is running
             self._cut = set()  # sessions whose running agent this adapter interrupted
 
@@ -490,13 +489,9 @@ def _make_adapter_class():
                 return _send_result({"error": str(exc), "retryable": exc.retryable})
 
         async def send(self, chat_id, content, reply_to=None, metadata=None):
-            ctx = turn_ctx()
-            for key, held in list(self._deq.items()):  # a follow-up's first send starts its turn
-                if held["event"]["chat_id"] == chat_id:
-                    self._flush(key, reply_to or (metadata or {}).get("reply_to_message_id"))
             return await self._forward("adapter.send", {
                 "chat_id": chat_id, "content": content, "reply_to": reply_to,
-                "metadata": metadata, "ctx": ctx}, 120)
+                "metadata": metadata, "ctx": turn_ctx()}, 120)
 
         async def edit_message(self, chat_id, message_id, content, *, finalize=False, metadata=None):
             return await self._forward("adapter.edit", {
@@ -558,7 +553,6 @@ def _make_adapter_class():
             if vars(event).pop("_canon_restore_noop", False):  # the no-op pass's end
                 return
             key = self._key(event.source)
-            self._flush(key, force=True)
             self._open.pop(key, None)
             self._runs.pop(key, None)
             await _call("turn.complete", {"event_ref": self._ref(event), "session_key": key,
@@ -615,36 +609,21 @@ def _make_adapter_class():
 
         def _dequeued(self, key, event):
             """The runner dequeued `event` to run next inside the same run (§12.2): a new Canon
-            turn (turns.md §10.3, OQ-18). The runner calls this before the previous answer's
-            final edits, so the `turn.accepted` is held until the follow-up's first output."""
-            self._flush(key, force=True)
-            self._deq[key] = {"event_ref": self._ref(event), "session_key": key, "event": _summary(event),
-                              "phase": "queue_dequeue", "queue_depth": self._depth(key),
-                              "absorbed_refs": list(getattr(event, "_canon_absorbed_queued_ids", ()))}
-
-        def _flush(self, key, reply_to=None, force=False):
-            """Sends a held `turn.accepted` (any thread; never blocks) when forced or when
-            `reply_to` names the dequeued message; first closes the previous turn as cancelled
-            when this adapter interrupted it."""
-            body = self._deq.get(key)
-            if body is None or not (force or reply_to == body["event"]["message_id"]):
-                return
-            if self._deq.pop(key, None) is None:
-                return
+            turn (turns.md §10.3, OQ-18); the daemon places the boundary. Never blocks.
+            `interrupted`: this adapter interrupted the running agent, whose turn is cancelled."""
+            interrupted, ref, summary = key in self._cut, self._ref(event), _summary(event)
+            self._cut.discard(key)
+            self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
+            self._runs[key], started = ref, int(time.time() * 1000)
             d = SUPERVISOR.peek()
             if d is None:
                 log.warning("canon-hermes: daemon down; turn boundary for %s lost", key)
                 return
-            if key in self._cut and self._runs.get(key):
-                d.request("turn.complete", {"event_ref": self._runs[key], "session_key": key, "outcome": "cancelled",
-                                            "queue_depth": body["queue_depth"]}
-                          ).add_done_callback(_done("turn.complete"))
-            self._cut.discard(key)
-            self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
-            self._runs[key] = ref = body["event_ref"]
-            started = int(time.time() * 1000)
+            body = {"event_ref": ref, "session_key": key, "event": summary, "phase": "queue_dequeue",
+                    "queue_depth": self._depth(key), "interrupted": interrupted,
+                    "absorbed_refs": list(getattr(event, "_canon_absorbed_queued_ids", ()))}
             d.request("turn.accepted", body).add_done_callback(_done(
-                "turn.accepted", lambda result: self._track(key, ref, body["event"], started, result)))
+                "turn.accepted", lambda result: self._track(key, ref, summary, started, result)))
 
         def _delegate_for(self, event, key):
             """The §12.3 step-1 conditions under which the runner's own handler decides."""
@@ -788,11 +767,9 @@ def _make_adapter_class():
 
 def _hook(kind):
     def forward(**kwargs):
-        ctx, d, adapter = turn_ctx(), SUPERVISOR.peek(), SUPERVISOR.adapter
+        ctx, d = turn_ctx(), SUPERVISOR.peek()
         if ctx.get("platform") != PLATFORM or d is None:
             return None
-        if adapter is not None and ctx.get("session_key") in adapter._deq:
-            adapter._flush(ctx["session_key"], force=True)  # the held follow-up is running now
         body = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, float, bool, dict, list, type(None)))}
         for big in ("args", "result"):
             if isinstance(body.get(big), str):
