@@ -63,15 +63,32 @@
 //! start. The §8.4 capture registry does not exist: hidden media are
 //! reported to the model as withheld ([`crate::media::available_count`]).
 //!
+//! # Blocking clarify and exec approval
+//!
+//! `adapter.send_clarify` and `adapter.send_exec_approval`
+//! (runtime-control.md §6.1–§6.5, hermes-host.md §13, Q2, Q10) run on a
+//! task of their own: it creates the Canon runtime interaction ([`hitl`]
+//! builds the request: responder from the turn, `sudo` to the owner,
+//! session rules, normalized choices) and reports back; the loop answers
+//! the shim's request with the interaction message id (within
+//! [`HITL_CREATE_BUDGET`], well inside the shim's 14 s), publishes
+//! `waiting_input` through the machine ([`Input::WaitingInput`], which
+//! pauses typing) and the task polls every [`DriverConfig::hitl_poll`]
+//! until the interaction leaves `pending` or its deadline passes (then it
+//! cancels it). The loop then sends `approval.resolve` or `clarify.resolve`
+//! to the shim and feeds [`Input::InputResolved`] (`tool`, turns.md OQ-3).
+//! An approval's Canon deadline is the smaller of `HERMES_APPROVAL_TIMEOUT`
+//! and Hermes' own `approvals.timeout` (Q10), so Canon gives up when Hermes
+//! stops waiting; `turn.complete`, `adapter.disconnect` and `shutdown`
+//! cancel the interactions still open for their turn.
+//!
 //! # Not wired yet
 //!
-//! `adapter.send_media`, `adapter.send_clarify`,
-//! `adapter.send_exec_approval`, `standalone.send` with `media_files`, and
+//! `adapter.send_media`, `standalone.send` with `media_files`, and
 //! every `tool.call` except `canon_runtime_control` with `action:
 //! "no_reply"` are answered with an `internal` error whose message says the
 //! request is unsupported ([`UNSUPPORTED_SUFFIX`]), never silently dropped.
-//! The daemon does not yet send `approval.resolve`, `clarify.resolve` or
-//! `host.queue_depth`, does not keep inbound media for trusted tools (the
+//! The daemon does not yet send `host.queue_depth`, does not keep inbound media for trusted tools (the
 //! §8.4 capture registry of runtime-control.md), and its status loop
 //! publishes T10 only (the detached receipts §8.1 step 7 resumes first do
 //! not exist here yet).
@@ -98,10 +115,12 @@ use canon_dispatch::intent::demote_for_hidden_media;
 use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
 use canon_dispatch::protocol::DeliveryIntent;
 use canon_dispatch::verbosity::ConversationType;
+use canon_transport::client::{PollErrors, PollOutcome};
 use canon_transport::media::{safe_url, MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::types::{
+    ConsumeInteraction, InteractionCreated, InteractionKind, InteractionRequest, InteractionResult,
     RuntimeSignal, SendMessage, SignalKind, StreamingUpdate, TurnCapabilities, TurnUpdate,
     Typing as WireTyping, TypingStatus as WireTypingStatus,
 };
@@ -110,16 +129,17 @@ use canon_transport::{
 };
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{Interval, MissedTickBehavior};
 
 use crate::media::{self, MediaCounts, MediaSettings, TrustedScope};
 use crate::protocol::{
-    self, AdapterStatus, ChatInfo, ChatRef, ConnectResult, ControlSignal, DaemonNotification,
-    DaemonRequest, ErrorBody, ErrorCode, EventSource, EventSummary, Fatal, Frame, HandshakePolicy,
-    InboundEvent, InboundMedia, InboundMessage, InboundMetadata, Probe, ProbeResult,
-    ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
+    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ApprovalChoice,
+    ApprovalResolve, ChatInfo, ChatRef, ClarifyResolve, ConnectResult, ControlSignal,
+    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSource, EventSummary, Fatal,
+    Frame, HandshakePolicy, InboundEvent, InboundMedia, InboundMessage, InboundMetadata, Probe,
+    ProbeResult, ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
     EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
 use crate::secret::{Opaque, Secret};
@@ -137,6 +157,8 @@ pub use canon_transport::ApiKey;
 /// binary resolves [`DriverConfig::canon_home`] exactly as the approvals
 /// store does without depending on `canon-approvals`.
 pub use canon_approvals::store::resolve_canon_home;
+
+pub mod hitl;
 
 /// The `hermes-agent` version the shim must run on (hermes-host.md §16).
 pub const AUDITED_HERMES: &str = "0.19.0";
@@ -227,6 +249,19 @@ pub const HANDOFF_MAX_AGE: Duration = Duration::from_secs(3_600);
 /// The hand-off directory under `CANON_HOME` (hermes-host.md Q8, cli.md §6).
 pub const HANDOFF_DIR: &str = "tmp";
 
+/// How often a blocking clarify or approval is polled (canon-wire.md
+/// §9.1); the default of [`DriverConfig::hitl_poll`].
+pub const HITL_POLL: Duration = Duration::from_secs(1);
+
+/// How long creating a blocking clarify or approval may take before the
+/// shim's request is answered as failed (inside its 14 s timeout,
+/// hermes-host.md §19.6).
+pub const HITL_CREATE_BUDGET: Duration = Duration::from_secs(10);
+
+/// Blocking clarifies and approvals open at once (our number); beyond it a
+/// new one is refused.
+const MAX_HITL: usize = 256;
+
 /// The end of the message of a request this daemon does not serve yet.
 pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
 
@@ -270,6 +305,16 @@ pub struct DriverConfig {
     /// Interval of the runtime status loop ([`STATUS_INTERVAL`] in
     /// production; tests shorten it), kept between 50 ms and one hour.
     pub status_interval: Duration,
+    /// `HERMES_CLARIFY_TIMEOUT` ([`hitl::timeout_from_env`]): the Canon
+    /// deadline of a blocking clarify (runtime-control.md §6.4).
+    pub clarify_timeout: Duration,
+    /// `HERMES_APPROVAL_TIMEOUT` ([`hitl::timeout_from_env`]): the Canon
+    /// deadline of an exec approval before the minimum with Hermes' own
+    /// `approvals.timeout` (runtime-control.md §6.5, hermes-host.md Q10).
+    pub approval_timeout: Duration,
+    /// Poll interval of blocking clarifies and approvals ([`HITL_POLL`] in
+    /// production; tests shorten it), kept between 50 ms and one hour.
+    pub hitl_poll: Duration,
 }
 
 impl std::fmt::Debug for DriverConfig {
@@ -290,6 +335,9 @@ impl std::fmt::Debug for DriverConfig {
             .field("parent_pid", &self.parent_pid)
             .field("signal_poll", &self.signal_poll)
             .field("status_interval", &self.status_interval)
+            .field("clarify_timeout", &self.clarify_timeout)
+            .field("approval_timeout", &self.approval_timeout)
+            .field("hitl_poll", &self.hitl_poll)
             .finish_non_exhaustive()
     }
 }
@@ -313,6 +361,7 @@ where
     let (signal_ids, _) = watch::channel(Vec::new());
     let (refetch_tx, mut refetch_rx) = mpsc::channel::<Refetched>(4);
     let (media_tx, mut media_rx) = mpsc::channel::<MediaDone>(64);
+    let (hitl_tx, mut hitl_rx) = mpsc::channel::<HitlEvent>(64);
     let media_dir = config.canon_home.as_deref().map(|home| {
         let dir = home.join(HANDOFF_DIR);
         std::path::absolute(&dir).unwrap_or(dir)
@@ -369,6 +418,13 @@ where
         lanes: HashMap::new(),
         lane_items: 0,
         next_media_job: 0,
+        connected: false,
+        owner_id: None,
+        host_approvals_timeout: None,
+        hitl_tx,
+        hitl: HashMap::new(),
+        next_hitl: 0,
+        hitl_tasks: JoinSet::new(),
         exit_code: None,
     };
 
@@ -410,6 +466,7 @@ where
             Some(consumed) = signal_rx.recv() => driver.on_signal(consumed).await,
             Some(refetched) = refetch_rx.recv() => driver.on_refetched(refetched),
             Some(done) = media_rx.recv() => driver.on_media_done(done).await,
+            Some(event) = hitl_rx.recv() => driver.on_hitl(event).await,
             () = tick(parent_check.as_mut()) => {
                 if let Some(pid) = driver.config.parent_pid.filter(|pid| !process_exists(*pid)) {
                     tracing::info!(pid, "parent process is gone");
@@ -431,6 +488,7 @@ where
     // Nothing more reaches the shim; files a stopped task wrote are swept at
     // the next start.
     driver.media_tasks.abort_all();
+    driver.hitl_tasks.abort_all();
     let Driver {
         out,
         jobs,
@@ -911,7 +969,123 @@ struct Driver {
     /// Items in all lanes (bounded by [`MAX_PENDING_INBOUND`]).
     lane_items: usize,
     next_media_job: u64,
+    /// Whether `adapter.connect` succeeded and no disconnect followed.
+    connected: bool,
+    /// The agent's owner (`GET /agents/me` `ownerId`, runtime-control.md §6.3).
+    owner_id: Option<String>,
+    /// Hermes' `approvals.timeout` from `adapter.connect` (hermes-host.md Q10).
+    host_approvals_timeout: Option<f64>,
+    /// Where HITL tasks report.
+    hitl_tx: mpsc::Sender<HitlEvent>,
+    /// Open blocking clarifies and approvals by their number.
+    hitl: HashMap<u64, Hitl>,
+    next_hitl: u64,
+    /// The HITL tasks (aborted at exit).
+    hitl_tasks: JoinSet<()>,
     exit_code: Option<i32>,
+}
+
+/// Which blocking HITL flow an interaction serves.
+enum HitlKind {
+    /// `send_clarify`: resolved through `clarify.resolve`.
+    Clarify { clarify_id: String },
+    /// `send_exec_approval`: resolved through `approval.resolve`.
+    Approval {
+        /// Who must have answered (canon-wire.md Q7b): the requested
+        /// responder, else Canon's effective one, else the owner.
+        expected: Option<String>,
+        /// The effective `allowSessionRule` (runtime-control.md §6.3).
+        allow_session: bool,
+    },
+}
+
+/// An open blocking clarify or approval.
+struct Hitl {
+    session_key: String,
+    conversation_id: String,
+    kind: HitlKind,
+    /// Stops the poll and cancels the interaction; `None` once used.
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+/// What a HITL task reports.
+enum HitlEvent {
+    /// The create call ended; the shim's request waits for this.
+    Created {
+        key: u64,
+        shim_id: String,
+        re: &'static str,
+        /// The created interaction, or a safe error text and whether it is
+        /// retryable.
+        result: Result<InteractionCreated, (String, bool)>,
+    },
+    /// The interaction left `pending`, its deadline passed, or the driver
+    /// cancelled it.
+    Finished { key: u64, outcome: HitlOutcome },
+}
+
+/// How a blocking HITL wait ended.
+enum HitlOutcome {
+    Answered(InteractionResult),
+    TimedOut,
+    Cancelled,
+}
+
+/// A HITL task: creates the interaction, reports, then polls until it
+/// leaves `pending`, its deadline passes (a cancel is sent) or `cancel`
+/// fires (a cancel is sent too).
+#[allow(clippy::too_many_arguments)]
+async fn run_hitl(
+    client: CanonClient,
+    key: u64,
+    shim_id: String,
+    re: &'static str,
+    request: InteractionRequest,
+    consume: ConsumeInteraction,
+    timeout: Duration,
+    poll: Duration,
+    mut cancel: oneshot::Receiver<()>,
+    tx: mpsc::Sender<HitlEvent>,
+) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let result = match tokio::time::timeout(
+        HITL_CREATE_BUDGET,
+        client.request_interaction(&request),
+    )
+    .await
+    {
+        Ok(result) => result.map_err(|error| (error.to_string(), error.is_retryable())),
+        Err(_) => Err((
+            "Canon did not answer the runtime interaction request in time".to_owned(),
+            false,
+        )),
+    };
+    let created = result.is_ok();
+    let report = HitlEvent::Created {
+        key,
+        shim_id,
+        re,
+        result,
+    };
+    if tx.send(report).await.is_err() || !created {
+        return;
+    }
+    let outcome = tokio::select! {
+        polled = client.poll_interaction(&consume, deadline, poll, PollErrors::AsPending) => {
+            match polled {
+                Ok(PollOutcome::Answered(result)) => HitlOutcome::Answered(result),
+                _ => HitlOutcome::TimedOut,
+            }
+        }
+        _ = &mut cancel => {
+            let cancel = ConsumeInteraction { cancel: true, ..consume };
+            if let Err(error) = client.consume_interaction(&cancel).await {
+                tracing::debug!(%error, "interaction cancel failed");
+            }
+            HitlOutcome::Cancelled
+        }
+    };
+    let _ = tx.send(HitlEvent::Finished { key, outcome }).await;
 }
 
 /// An inbound message in its conversation's lane.
@@ -1172,9 +1346,11 @@ impl Driver {
                 self.respond(&id, re, Ok(body)).await;
             }
             ShimRequest::AdapterConnect(connect) => {
+                self.host_approvals_timeout = connect.host.approvals_timeout_s;
                 let result = self
                     .connect(connect.seams.busy_handler, &connect.config.extra.0)
                     .await;
+                self.connected = result.connected;
                 let body = protocol::ShimResponse::AdapterConnect(result).to_body();
                 self.respond(&id, re, Ok(body)).await;
             }
@@ -1182,12 +1358,16 @@ impl Driver {
                 // canon-wire.md §8.1: no wire call, the loops just stop.
                 self.stop_loops();
                 self.stream = None;
+                self.connected = false;
+                self.cancel_hitl(None);
                 self.feed(Input::Disconnect).await;
                 self.respond(&id, re, Ok(empty())).await;
             }
             ShimRequest::Shutdown(_) => {
                 self.stop_loops();
                 self.stream = None;
+                self.connected = false;
+                self.cancel_hitl(None);
                 self.respond(&id, re, Ok(empty())).await;
             }
             ShimRequest::AdapterSend(send) => {
@@ -1251,6 +1431,7 @@ impl Driver {
                     .remove(&complete.session_key)
                     .unwrap_or_else(|| chat_from_session_key(&complete.session_key));
                 self.forget_event(&complete.event_ref);
+                self.cancel_hitl(Some(&complete.session_key));
                 self.feed(Input::ProcessingComplete {
                     request,
                     session_key: complete.session_key,
@@ -1313,6 +1494,10 @@ impl Driver {
                 }))
                 .await;
             }
+            ShimRequest::AdapterSendClarify(clarify) => self.send_clarify(id, re, clarify).await,
+            ShimRequest::AdapterSendExecApproval(approval) => {
+                self.send_exec_approval(id, re, approval).await
+            }
             ShimRequest::Resync(resync) => {
                 let request = self.register(id, re);
                 let open_turns = resync
@@ -1352,6 +1537,311 @@ impl Driver {
             format!("{what} {UNSUPPORTED_SUFFIX}"),
         )
         .await;
+    }
+
+    /// Answers a blocking HITL request of the shim with a `SendResult`.
+    async fn respond_send(&self, id: &str, re: &str, result: protocol::SendResult) {
+        let body = serde_json::to_value(result).unwrap_or_else(|_| empty());
+        self.respond(id, re, Ok(body)).await;
+    }
+
+    /// The responder of a blocking HITL request (runtime-control.md §6.1):
+    /// the turn's recorded responder, else the trusted user of the call's
+    /// Canon context; when both exist and differ, the recorded one.
+    fn responder_for(&self, session_key: &str, ctx: &protocol::TurnContext) -> Option<String> {
+        let recorded = self
+            .machine
+            .responder(session_key)
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        let trusted = ctx
+            .platform
+            .as_deref()
+            .filter(|p| p.trim().eq_ignore_ascii_case("canon"))
+            .and(ctx.user_id.as_deref())
+            .map(str::trim)
+            .filter(|u| !u.is_empty());
+        if let (Some(recorded), Some(trusted)) = (recorded, trusted) {
+            if recorded != trusted {
+                tracing::warn!(
+                    session_key,
+                    "the turn's responder differs from the call's trusted user; using the turn's"
+                );
+            }
+        }
+        recorded.or(trusted).map(str::to_owned)
+    }
+
+    /// `adapter.send_clarify` (runtime-control.md §6.4).
+    async fn send_clarify(&mut self, id: String, re: &'static str, clarify: AdapterSendClarify) {
+        let Some(client) = self.hitl_client() else {
+            self.respond_send(&id, re, hitl_failure(hitl::NOT_CONNECTED, false))
+                .await;
+            return;
+        };
+        let timeout = self.config.clarify_timeout;
+        let responder = self.responder_for(&clarify.session_key, &clarify.ctx);
+        let request = hitl::clarify_request(&hitl::ClarifyAsk {
+            conversation_id: &clarify.chat_id,
+            clarify_id: &clarify.clarify_id,
+            question: &clarify.question,
+            choices: clarify.choices.as_deref().unwrap_or_default(),
+            responder,
+            session_key: &clarify.session_key,
+            expires_at: expires_at(timeout),
+        });
+        let consume = ConsumeInteraction {
+            kind: InteractionKind::Input,
+            conversation_id: clarify.chat_id.clone(),
+            id: clarify.clarify_id.clone(),
+            cancel: false,
+        };
+        let entry = Hitl {
+            session_key: clarify.session_key,
+            conversation_id: clarify.chat_id,
+            kind: HitlKind::Clarify {
+                clarify_id: clarify.clarify_id,
+            },
+            cancel: None,
+        };
+        let request = InteractionRequest::Input(request);
+        self.start_hitl(client, id, re, entry, request, consume, timeout)
+            .await;
+    }
+
+    /// `adapter.send_exec_approval` (runtime-control.md §6.2, §6.3, §6.5,
+    /// hermes-host.md Q2, Q10).
+    async fn send_exec_approval(
+        &mut self,
+        id: String,
+        re: &'static str,
+        approval: AdapterSendExecApproval,
+    ) {
+        let Some(client) = self.hitl_client() else {
+            self.respond_send(&id, re, hitl_failure(hitl::NOT_CONNECTED, false))
+                .await;
+            return;
+        };
+        let timeout =
+            hitl::approval_timeout(self.config.approval_timeout, self.host_approvals_timeout);
+        let approval_id = format!("hermes-{:020x}", random_u128() & ((1u128 << 80) - 1));
+        let responder = self.responder_for(&approval.session_key, &approval.ctx);
+        let request = hitl::approval_request(&hitl::ApprovalAsk {
+            conversation_id: &approval.chat_id,
+            approval_id: &approval_id,
+            command: approval.command.expose(),
+            description: approval.description.as_deref(),
+            responder,
+            owner_id: self.owner_id.as_deref(),
+            allow_session: approval.allow_session.unwrap_or(true),
+            smart_denied: approval.smart_denied,
+            session_key: &approval.session_key,
+            expires_at: expires_at(timeout),
+        });
+        let consume = ConsumeInteraction {
+            kind: InteractionKind::Approval,
+            conversation_id: approval.chat_id.clone(),
+            id: approval_id,
+            cancel: false,
+        };
+        let entry = Hitl {
+            session_key: approval.session_key,
+            conversation_id: approval.chat_id,
+            kind: HitlKind::Approval {
+                expected: request.response_user_id.clone(),
+                allow_session: request.allow_session_rule,
+            },
+            cancel: None,
+        };
+        let request = InteractionRequest::Approval(request);
+        self.start_hitl(client, id, re, entry, request, consume, timeout)
+            .await;
+    }
+
+    /// The Canon client for a blocking HITL request: `None` unless
+    /// connected.
+    fn hitl_client(&self) -> Option<CanonClient> {
+        self.client.clone().filter(|_| self.connected)
+    }
+
+    /// Registers a HITL entry and spawns its task.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_hitl(
+        &mut self,
+        client: CanonClient,
+        id: String,
+        re: &'static str,
+        mut entry: Hitl,
+        request: InteractionRequest,
+        consume: ConsumeInteraction,
+        timeout: Duration,
+    ) {
+        if self.hitl.len() >= MAX_HITL {
+            tracing::warn!("too many open clarifications and approvals; refused one");
+            let failure = hitl_failure("too many open Canon interactions", true);
+            self.respond_send(&id, re, failure).await;
+            return;
+        }
+        while self.hitl_tasks.try_join_next().is_some() {}
+        self.next_hitl += 1;
+        let key = self.next_hitl;
+        let (cancel_tx, cancel_rx) = oneshot::channel();
+        entry.cancel = Some(cancel_tx);
+        tracing::info!(
+            conversation_id = entry.conversation_id,
+            kind = re,
+            timeout_s = timeout.as_secs(),
+            "requesting a Canon interaction"
+        );
+        self.hitl.insert(key, entry);
+        self.hitl_tasks.spawn(run_hitl(
+            client,
+            key,
+            id,
+            re,
+            request,
+            consume,
+            timeout,
+            self.config
+                .hitl_poll
+                .clamp(MIN_LOOP_INTERVAL, MAX_LOOP_INTERVAL),
+            cancel_rx,
+            self.hitl_tx.clone(),
+        ));
+    }
+
+    /// Carries out what a HITL task reported.
+    async fn on_hitl(&mut self, event: HitlEvent) {
+        match event {
+            HitlEvent::Created {
+                key,
+                shim_id,
+                re,
+                result,
+            } => {
+                let created = match result {
+                    Ok(created) => created,
+                    Err((error, retryable)) => {
+                        self.hitl.remove(&key);
+                        tracing::warn!(kind = re, %error, "Canon interaction request failed");
+                        self.respond_send(&shim_id, re, hitl_failure(&error, retryable))
+                            .await;
+                        return;
+                    }
+                };
+                let mut waiting = None;
+                if let Some(entry) = self.hitl.get_mut(&key) {
+                    if let HitlKind::Approval {
+                        expected,
+                        allow_session,
+                    } = &mut entry.kind
+                    {
+                        // §6.3: the effective rule is requested ∧ returned.
+                        *allow_session &= created.allow_session_rule.unwrap_or(true);
+                        if expected.is_none() {
+                            *expected = created
+                                .response_user_id
+                                .clone()
+                                .or_else(|| self.owner_id.clone());
+                        }
+                    }
+                    if entry.cancel.is_some() {
+                        waiting = Some((entry.session_key.clone(), entry.conversation_id.clone()));
+                    }
+                }
+                if let Some((session_key, conversation_id)) = waiting {
+                    self.feed(Input::WaitingInput {
+                        session_key: Some(session_key),
+                        conversation_id,
+                    })
+                    .await;
+                }
+                let sent = protocol::SendResult {
+                    success: true,
+                    message_id: created.message_id,
+                    ..protocol::SendResult::default()
+                };
+                self.respond_send(&shim_id, re, sent).await;
+            }
+            HitlEvent::Finished { key, outcome } => {
+                let Some(entry) = self.hitl.remove(&key) else {
+                    return;
+                };
+                let result = match outcome {
+                    HitlOutcome::Cancelled => return,
+                    HitlOutcome::Answered(result) => Some(result),
+                    HitlOutcome::TimedOut => None,
+                };
+                let request = match &entry.kind {
+                    HitlKind::Clarify { clarify_id } => {
+                        let response = match &result {
+                            Some(r) if r.status == "submitted" => hitl::answer_text(&r.raw),
+                            Some(r) if r.status == "cancelled" => {
+                                hitl::CLARIFY_CANCELLED.to_owned()
+                            }
+                            _ => hitl::CLARIFY_TIMED_OUT.to_owned(),
+                        };
+                        tracing::info!(
+                            conversation_id = entry.conversation_id,
+                            status = result.as_ref().map_or("deadline", |r| r.status.as_str()),
+                            "clarification resolved"
+                        );
+                        DaemonRequest::ClarifyResolve(ClarifyResolve {
+                            clarify_id: clarify_id.clone(),
+                            response,
+                        })
+                    }
+                    HitlKind::Approval {
+                        expected,
+                        allow_session,
+                    } => {
+                        let choice = result.as_ref().map_or(ApprovalChoice::Deny, |r| {
+                            hitl::approval_choice(&r.raw, expected.as_deref(), *allow_session)
+                        });
+                        let allowed = result.as_ref().is_some_and(|r| r.status == "allow");
+                        if !allowed || choice != ApprovalChoice::Deny {
+                            tracing::info!(
+                                conversation_id = entry.conversation_id,
+                                status = result.as_ref().map_or("deadline", |r| r.status.as_str()),
+                                ?choice,
+                                "approval resolved"
+                            );
+                        } else {
+                            tracing::warn!(
+                                conversation_id = entry.conversation_id,
+                                "approval allowed by someone other than the expected human; denied"
+                            );
+                        }
+                        DaemonRequest::ApprovalResolve(ApprovalResolve {
+                            session_key: entry.session_key.clone(),
+                            choice,
+                            reason: None,
+                        })
+                    }
+                };
+                // OQ-3: `tool` after every resolution, while the turn waits.
+                if self.machine.turn_state(&entry.session_key) == Some(TurnState::WaitingInput) {
+                    self.feed(Input::InputResolved {
+                        session_key: Some(entry.session_key.clone()),
+                        conversation_id: entry.conversation_id.clone(),
+                    })
+                    .await;
+                }
+                self.send_request(request).await;
+            }
+        }
+    }
+
+    /// Cancels the open HITL interactions of a session (all of them with
+    /// `None`): their tasks stop polling and cancel them on Canon.
+    fn cancel_hitl(&mut self, session_key: Option<&str>) {
+        for entry in self.hitl.values_mut() {
+            if session_key.is_none_or(|k| k == entry.session_key) {
+                if let Some(cancel) = entry.cancel.take() {
+                    let _ = cancel.send(());
+                }
+            }
+        }
     }
 
     fn register(&mut self, id: String, re: &'static str) -> RequestId {
@@ -1572,6 +2062,7 @@ impl Driver {
         self.replace_conversations(conversations);
         self.agent_id = me.agent_id.clone();
         self.agent_name = me.display_name.clone();
+        self.owner_id = me.owner_id.clone();
         self.machine = TurnMachine::new(TurnConfig {
             supports_interleave: busy_handler,
             ..TurnConfig::default()
@@ -2415,6 +2906,21 @@ fn sweep_handoff_dir(dir: &Path, now: SystemTime) -> usize {
         }
     }
     removed
+}
+
+/// A failed `SendResult` of a blocking HITL request.
+fn hitl_failure(error: &str, retryable: bool) -> protocol::SendResult {
+    protocol::SendResult {
+        success: false,
+        error: Some(error.to_owned()),
+        retryable,
+        ..protocol::SendResult::default()
+    }
+}
+
+/// The epoch-ms deadline `timeout` from now.
+fn expires_at(timeout: Duration) -> u64 {
+    now_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn empty() -> Value {

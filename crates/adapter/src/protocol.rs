@@ -837,9 +837,9 @@ pub struct AdapterSendClarify {
     pub chat_id: String,
     /// The question.
     pub question: String,
-    /// Offered choices as Hermes passes them.
+    /// Offered choices as Hermes passes them (`None` when it passes none).
     #[serde(default)]
-    pub choices: Vec<Value>,
+    pub choices: Option<Vec<Value>>,
     /// Hermes' clarify id (10 hex).
     pub clarify_id: String,
     /// The session key.
@@ -873,6 +873,10 @@ pub struct AdapterSendExecApproval {
     /// Whether Hermes' smart review denied the command.
     #[serde(default)]
     pub smart_denied: bool,
+    /// Whether Hermes allows a session rule (hermes-host.md Q2; Hermes
+    /// 0.19.0 does not pass it, absent means allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_session: Option<bool>,
     /// Turn context.
     #[serde(default)]
     pub ctx: TurnContext,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canon_adapter::driver::{self, ApiKey, DriverConfig};
+use canon_adapter::driver::{self, hitl, ApiKey, DriverConfig};
 
 use crate::exit;
 
@@ -29,7 +29,8 @@ fn parent_pid() -> Option<u32> {
 
 /// An interval in milliseconds from the test hook `name`; unset or unreadable keeps `default`.
 /// `CANON_HERMES_SIGNAL_POLL_MS` shortens the 15 s runtime signal poll (canon-wire.md §4.9),
-/// `CANON_HERMES_STATUS_INTERVAL_MS` the 30 s runtime status loop (§8.1).
+/// `CANON_HERMES_STATUS_INTERVAL_MS` the 30 s runtime status loop (§8.1),
+/// `CANON_HERMES_HITL_POLL_MS` the 1 s poll of blocking clarifies and approvals (§9.1).
 fn interval_ms(name: &str, default: Duration) -> Duration {
     env(name)
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -49,8 +50,9 @@ fn canon_home() -> Option<PathBuf> {
 /// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL`,
 /// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_INBOUND_IMAGE_DELIVERY`,
 /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (checked at `adapter.connect`, where they win over the
-/// platform extras), `CANON_HOME`, `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS` and
-/// `CANON_HERMES_STATUS_INTERVAL_MS`.
+/// platform extras), `CANON_HOME`, `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS`,
+/// `CANON_HERMES_STATUS_INTERVAL_MS`, `CANON_HERMES_HITL_POLL_MS`, and `HERMES_CLARIFY_TIMEOUT`
+/// and `HERMES_APPROVAL_TIMEOUT` (runtime-control.md §6.4, §6.5; default 300 s, 5..1,800 s).
 fn config_from_env() -> DriverConfig {
     let base_url = env("CANON_BASE_URL").unwrap_or_default();
     let stream_url = env("CANON_STREAM_URL").unwrap_or_else(|| base_url.clone());
@@ -71,6 +73,9 @@ fn config_from_env() -> DriverConfig {
         parent_pid: parent_pid(),
         signal_poll: interval_ms("CANON_HERMES_SIGNAL_POLL_MS", driver::SIGNAL_POLL),
         status_interval: interval_ms("CANON_HERMES_STATUS_INTERVAL_MS", driver::STATUS_INTERVAL),
+        clarify_timeout: hitl::timeout_from_env(env("HERMES_CLARIFY_TIMEOUT").as_deref()),
+        approval_timeout: hitl::timeout_from_env(env("HERMES_APPROVAL_TIMEOUT").as_deref()),
+        hitl_poll: interval_ms("CANON_HERMES_HITL_POLL_MS", driver::HITL_POLL),
     }
 }
 

@@ -4,6 +4,7 @@ mod card_validate;
 mod gateway_support;
 mod hermes_busy;
 mod hermes_gateway;
+mod serve_hitl;
 mod serve_media;
 mod serve_stdio;
 mod shim_support;

@@ -331,6 +331,23 @@ def _send_result(body):
                       raw_response=body.get("raw_response"))
 
 
+def _hitl_settings():
+    """Hermes' approval mode and timeouts for `adapter.connect.host` (§19.6, Q10)."""
+    out = {}
+    try:
+        from tools import approval
+        out["approvals_mode"] = approval._get_approval_mode()
+        out["approvals_timeout_s"] = float(approval._get_approval_timeout())
+    except Exception as exc:
+        log.debug("canon-hermes: approval settings unavailable: %s", exc)
+    try:
+        from tools.clarify_gateway import get_clarify_timeout
+        out["clarify_timeout_s"] = float(get_clarify_timeout())
+    except Exception as exc:
+        log.debug("canon-hermes: clarify timeout unavailable: %s", exc)
+    return out
+
+
 def _intent(event):
     value = getattr(event, "delivery_intent", None) or (event.metadata or {}).get("deliveryIntent")
     value = str(value or "").strip().lower()
@@ -422,8 +439,8 @@ def _make_adapter_class():
             return {"is_reconnect": is_reconnect, "adapter_instance": self._instance,
                     "config": {"extra": dict(getattr(self.config, "extra", None) or {}),
                                "typing_indicator": getattr(self.config, "typing_indicator", True)},
-                    "host": {"streaming_enabled": True,
-                             "busy_input_mode": getattr(self._runner, "_busy_input_mode", None)},
+                    "host": dict(_hitl_settings(), streaming_enabled=True,
+                                 busy_input_mode=getattr(self._runner, "_busy_input_mode", None)),
                     "seams": {"busy_handler": self._routing, "dequeue_ack": self._wrapper_owned()}}
 
         async def connect(self, *, is_reconnect=False):
@@ -497,6 +514,21 @@ def _make_adapter_class():
             return await self._forward("adapter.edit", {
                 "chat_id": chat_id, "message_id": message_id, "content": content,
                 "finalize": finalize, "metadata": metadata, "ctx": turn_ctx()}, 120)
+
+        async def send_clarify(self, chat_id, question, choices, clarify_id, session_key, metadata=None):
+            return await self._forward("adapter.send_clarify", {
+                "chat_id": chat_id, "question": question, "choices": list(choices or []),
+                "clarify_id": clarify_id, "session_key": session_key, "metadata": metadata,
+                "ctx": turn_ctx()}, 14)
+
+        async def send_exec_approval(self, chat_id, command, session_key, description="dangerous command",
+                                     metadata=None, allow_permanent=True, smart_denied=False, **kwargs):
+            body = {"chat_id": chat_id, "command": command, "session_key": session_key,
+                    "description": description, "metadata": metadata, "allow_permanent": bool(allow_permanent),
+                    "smart_denied": bool(smart_denied), "ctx": turn_ctx()}
+            if kwargs.get("allow_session") is not None:  # hermes-host.md Q2 (newer hosts)
+                body["allow_session"] = bool(kwargs["allow_session"])
+            return await self._forward("adapter.send_exec_approval", body, 14)
 
         def _note(self, kind, body):
             d = SUPERVISOR.peek()
@@ -712,7 +744,8 @@ def _make_adapter_class():
                 return {"depth": self._depth(body["session_key"])}
             if kind == "approval.resolve":
                 from tools.approval import resolve_gateway_approval
-                return {"resolved": resolve_gateway_approval(body["session_key"], body["choice"])}
+                count = resolve_gateway_approval(body["session_key"], body["choice"], resolve_all=False)
+                return {"resolved": int(count or 0)}
             if kind == "clarify.resolve":
                 from tools.clarify_gateway import resolve_gateway_clarify
                 return {"resolved": bool(resolve_gateway_clarify(body["clarify_id"], body["response"]))}
