@@ -82,10 +82,21 @@
 //! stops waiting; `turn.complete`, `adapter.disconnect` and `shutdown`
 //! cancel the interactions still open for their turn.
 //!
+//! # Outbound media
+//!
+//! `adapter.send_media` and `standalone.send` with `media_files`
+//! ([`outbound`], canon-wire.md §7.4): a task reads the file Hermes names
+//! (refused above 10 MiB before reading) or downloads a remote image through
+//! the same SSRF-guarded [`MediaDownloader`], uploads it (T5; at most
+//! [`outbound::UPLOAD_CONCURRENCY`] at once) and reports back; the machine
+//! then sends the message ([`Input::Media`]: in an open turn its own durable
+//! `turn_complete` under the turn's next ordinal id, turns.md OQ-6; out of
+//! turn a fresh standalone id group, the media on the final part). A
+//! silenced turn answers success before anything is uploaded.
+//!
 //! # Not wired yet
 //!
-//! `adapter.send_media`, `standalone.send` with `media_files`, and
-//! every `tool.call` except `canon_runtime_control` with `action:
+//! Every `tool.call` except `canon_runtime_control` with `action:
 //! "no_reply"` are answered with an `internal` error whose message says the
 //! request is unsupported ([`UNSUPPORTED_SUFFIX`]), never silently dropped.
 //! The daemon does not yet send `host.queue_depth`, does not keep inbound media for trusted tools (the
@@ -144,9 +155,10 @@ use crate::protocol::{
 };
 use crate::secret::{Opaque, Secret};
 use crate::turn::{
-    ActivityEvent, Delivery, DeliveryFailure, Effect, FailureClass, HostEdit, HostReply, HostSend,
-    Input, NoReplyRequest, OpId, ProcessingStart, ReplyAuthority, RequestId, ResyncTurn, Route,
-    StandaloneSend, StreamingWrite, TurnConfig, TurnMachine, TurnState, TypingStatus,
+    ActivityEvent, Delivery, DeliveryFailure, Effect, FailureClass, HostEdit, HostMedia, HostReply,
+    HostSend, Input, MediaPayload, NoReplyRequest, OpId, ProcessingStart, ReplyAuthority,
+    RequestId, ResyncTurn, Route, SendOutcome, StandaloneSend, StreamingWrite, TurnConfig,
+    TurnMachine, TurnState, TypingStatus,
 };
 
 /// The redacting API-key type of [`DriverConfig::api_key`], re-exported so
@@ -159,6 +171,7 @@ pub use canon_transport::ApiKey;
 pub use canon_approvals::store::resolve_canon_home;
 
 pub mod hitl;
+pub mod outbound;
 
 /// The `hermes-agent` version the shim must run on (hermes-host.md §16).
 pub const AUDITED_HERMES: &str = "0.19.0";
@@ -362,6 +375,7 @@ where
     let (refetch_tx, mut refetch_rx) = mpsc::channel::<Refetched>(4);
     let (media_tx, mut media_rx) = mpsc::channel::<MediaDone>(64);
     let (hitl_tx, mut hitl_rx) = mpsc::channel::<HitlEvent>(64);
+    let (upload_tx, mut upload_rx) = mpsc::channel::<Uploaded>(64);
     let media_dir = config.canon_home.as_deref().map(|home| {
         let dir = home.join(HANDOFF_DIR);
         std::path::absolute(&dir).unwrap_or(dir)
@@ -425,6 +439,9 @@ where
         hitl: HashMap::new(),
         next_hitl: 0,
         hitl_tasks: JoinSet::new(),
+        upload_tx,
+        upload_permits: Arc::new(Semaphore::new(outbound::UPLOAD_CONCURRENCY)),
+        upload_tasks: JoinSet::new(),
         exit_code: None,
     };
 
@@ -467,6 +484,7 @@ where
             Some(refetched) = refetch_rx.recv() => driver.on_refetched(refetched),
             Some(done) = media_rx.recv() => driver.on_media_done(done).await,
             Some(event) = hitl_rx.recv() => driver.on_hitl(event).await,
+            Some(uploaded) = upload_rx.recv() => driver.on_uploaded(uploaded).await,
             () = tick(parent_check.as_mut()) => {
                 if let Some(pid) = driver.config.parent_pid.filter(|pid| !process_exists(*pid)) {
                     tracing::info!(pid, "parent process is gone");
@@ -489,6 +507,7 @@ where
     // the next start.
     driver.media_tasks.abort_all();
     driver.hitl_tasks.abort_all();
+    driver.upload_tasks.abort_all();
     let Driver {
         out,
         jobs,
@@ -835,7 +854,8 @@ async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
                     }
                 }),
                 options: part.options.clone(),
-                ..SendMessage::default()
+                content_type: part.content_type.clone(),
+                attachments: (!part.attachments.is_empty()).then(|| part.attachments.clone()),
             }),
             Route::SendTo => {
                 let mut envelope = Map::new();
@@ -861,6 +881,12 @@ async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
                 }
                 if !part.metadata.is_empty() {
                     options.insert("metadata".into(), Value::Object(part.metadata.clone()));
+                }
+                if let Some(content_type) = &part.content_type {
+                    options.insert("contentType".into(), content_type.as_str().into());
+                }
+                if !part.attachments.is_empty() {
+                    options.insert("attachments".into(), Value::Array(part.attachments.clone()));
                 }
                 let mut value = Map::new();
                 value.insert("text".into(), part.text.as_str().into());
@@ -982,7 +1008,21 @@ struct Driver {
     next_hitl: u64,
     /// The HITL tasks (aborted at exit).
     hitl_tasks: JoinSet<()>,
+    /// Where outbound media uploads report.
+    upload_tx: mpsc::Sender<Uploaded>,
+    /// Bounds the outbound uploads running at once (hermes-host.md §19.9).
+    upload_permits: Arc<Semaphore>,
+    /// Outbound upload tasks (aborted at exit).
+    upload_tasks: JoinSet<()>,
     exit_code: Option<i32>,
+}
+
+/// A finished outbound upload: the machine input to feed, or the error to
+/// answer the registered request with.
+struct Uploaded {
+    request: RequestId,
+    standalone: bool,
+    result: Result<Input, String>,
 }
 
 /// Which blocking HITL flow an interaction serves.
@@ -1478,22 +1518,30 @@ impl Driver {
                     .and_then(|h| h.get("chat_id"))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
-                if !send.media_files.is_empty() {
-                    self.unsupported(&id, re, "standalone.send with media_files")
-                        .await;
-                    return;
-                }
                 let request = self.register(id, re);
-                self.feed(Input::Standalone(StandaloneSend {
+                let standalone = StandaloneSend {
                     request,
                     chat_id: send.chat_id,
                     home_channel_env: self.config.home_channel.clone(),
                     home_channel_config,
                     text: send.message,
+                    media: None,
                     random: random_u128(),
-                }))
-                .await;
+                };
+                let target = crate::turn::standalone_target(&standalone).map(str::to_owned);
+                match target {
+                    Some(target) if !send.media_files.is_empty() => {
+                        self.upload_standalone(
+                            standalone,
+                            target,
+                            send.media_files,
+                            send.force_document,
+                        );
+                    }
+                    _ => self.feed(Input::Standalone(standalone)).await,
+                }
             }
+            ShimRequest::AdapterSendMedia(media) => self.send_media(id, re, media).await,
             ShimRequest::AdapterSendClarify(clarify) => self.send_clarify(id, re, clarify).await,
             ShimRequest::AdapterSendExecApproval(approval) => {
                 self.send_exec_approval(id, re, approval).await
@@ -1522,8 +1570,161 @@ impl Driver {
                 })
                 .await;
             }
-            _ => self.unsupported(&id, re, re).await,
         }
+    }
+
+    /// `adapter.send_media` (hermes-host.md §19.6): a silenced turn is
+    /// answered at once with success and nothing uploaded; otherwise the
+    /// file is uploaded on a task (at most [`outbound::UPLOAD_CONCURRENCY`]
+    /// at once) and the message is then the machine's
+    /// ([`Input::Media`]).
+    async fn send_media(
+        &mut self,
+        id: String,
+        re: &'static str,
+        media: protocol::AdapterSendMedia,
+    ) {
+        let request = self.register(id, re);
+        let session_key = media.ctx.session_key.clone();
+        if self
+            .machine
+            .is_silenced(session_key.as_deref(), &media.chat_id)
+        {
+            let turn_id = session_key
+                .as_deref()
+                .and_then(|k| self.machine.open_turn(k))
+                .unwrap_or_default()
+                .to_owned();
+            self.perform(Effect::Reply {
+                request,
+                reply: HostReply::Send(SendOutcome::Silenced { turn_id }),
+            })
+            .await;
+            return;
+        }
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(error) => {
+                self.answer_upload_error(request, false, error.to_string())
+                    .await;
+                return;
+            }
+        };
+        let downloader = self.media_downloader();
+        let permits = self.upload_permits.clone();
+        let done = self.upload_tx.clone();
+        let item = outbound::MediaItem {
+            op: media.op,
+            url: media.url,
+            path: media.path,
+            file_name: media.file_name,
+            mime_type: media.mime_type,
+            duration_ms: media.duration_ms,
+        };
+        let random = random_u128();
+        self.upload_tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let result = outbound::upload_item(&client, &downloader, &media.chat_id, &item)
+                .await
+                .map(|payload| {
+                    Input::Media(HostMedia {
+                        request,
+                        session_key,
+                        conversation_id: media.chat_id,
+                        caption: media.caption.unwrap_or_default(),
+                        reply_to: media.reply_to,
+                        metadata: media.metadata.unwrap_or_default(),
+                        media: payload,
+                        random,
+                    })
+                });
+            let _ = done
+                .send(Uploaded {
+                    request,
+                    standalone: false,
+                    result,
+                })
+                .await;
+        });
+    }
+
+    /// `standalone.send` with `media_files` (hermes-host.md §15): every
+    /// file is uploaded first, then the text goes out as one standalone id
+    /// group with the media on the final part.
+    fn upload_standalone(
+        &mut self,
+        mut send: StandaloneSend,
+        target: String,
+        files: Vec<String>,
+        force_document: bool,
+    ) {
+        let request = send.request;
+        let done = self.upload_tx.clone();
+        let permits = self.upload_permits.clone();
+        let client = self.client();
+        self.upload_tasks.spawn(async move {
+            let result = match client {
+                Ok(client) => {
+                    let _permit = permits.acquire_owned().await;
+                    outbound::upload_files(&client, &target, &files, force_document).await
+                }
+                Err(error) => Err(error.to_string()),
+            };
+            let result = result.map(|payload: MediaPayload| {
+                send.media = Some(payload);
+                Input::Standalone(send)
+            });
+            let _ = done
+                .send(Uploaded {
+                    request,
+                    standalone: true,
+                    result,
+                })
+                .await;
+        });
+    }
+
+    /// An upload finished: feed its input, or answer its error.
+    async fn on_uploaded(&mut self, uploaded: Uploaded) {
+        while self.upload_tasks.try_join_next().is_some() {}
+        match uploaded.result {
+            Ok(input) => self.feed(input).await,
+            Err(error) => {
+                self.answer_upload_error(uploaded.request, uploaded.standalone, error)
+                    .await
+            }
+        }
+    }
+
+    async fn answer_upload_error(&mut self, request: RequestId, standalone: bool, error: String) {
+        tracing::warn!(%error, "outbound media not sent");
+        let reply = if standalone {
+            HostReply::Standalone(Err(format!(
+                "{}{error}",
+                crate::turn::STANDALONE_ERROR_PREFIX
+            )))
+        } else {
+            HostReply::Send(SendOutcome::Failed {
+                error,
+                retryable: false,
+            })
+        };
+        self.perform(Effect::Reply { request, reply }).await;
+    }
+
+    /// The guarded media downloader (built here when no connect did yet).
+    fn media_downloader(&mut self) -> MediaDownloader {
+        self.downloader
+            .get_or_insert_with(|| {
+                MediaDownloader::new(MediaOptions {
+                    policy: AddressPolicy {
+                        allow_private: self.config.allow_private_urls,
+                        allow_loopback: false,
+                    },
+                    ..MediaOptions::default()
+                })
+            })
+            .clone()
     }
 
     /// Answers a request this daemon does not serve yet (`internal`, not

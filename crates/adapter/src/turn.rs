@@ -328,6 +328,8 @@ pub struct TurnMachine {
     waiters: BTreeMap<OpId, Vec<Waiter>>,
     next_op: u64,
     typing: HashMap<String, u64>,
+    /// Media operations in flight → the session of their open turn.
+    media_ops: BTreeMap<OpId, String>,
 }
 
 impl TurnMachine {
@@ -340,6 +342,7 @@ impl TurnMachine {
             waiters: BTreeMap::new(),
             next_op: 1,
             typing: HashMap::new(),
+            media_ops: BTreeMap::new(),
         }
     }
 
@@ -476,6 +479,7 @@ impl TurnMachine {
             }
             Input::DeliveryOutcome { op, result } => self.on_outcome(op, result, now_ms, &mut out),
             Input::Standalone(send) => self.on_standalone(send, &mut out),
+            Input::Media(media) => self.on_media(media, &mut out),
             Input::Resync {
                 request,
                 open_turns,
@@ -870,6 +874,7 @@ impl TurnMachine {
                     options,
                     reply_authority: None,
                     trail: Vec::new(),
+                    media: None,
                 });
                 match delivery {
                     Some(delivery) => {
@@ -1275,6 +1280,13 @@ impl TurnMachine {
             self.reply_waiters(op, &result, out);
             return;
         }
+        if let Some(key) = self.media_ops.remove(&op) {
+            if let (Ok(_), Some(turn)) = (&result, self.sessions.get_mut(&key)) {
+                turn.activity.consume();
+            }
+            self.reply_waiters(op, &result, out);
+            return;
+        }
         if let Some(turn) = self.sessions.values_mut().find(|t| {
             t.ledger
                 .pending
@@ -1339,19 +1351,52 @@ impl TurnMachine {
         }
     }
 
+    // ----- media (turns.md §7.6 media row, OQ-6) -----
+
+    /// `adapter.send_media` after its upload. In an open turn: the turn's
+    /// own media `turn_complete` ([`Turn::reserve_media`]), suppressed with
+    /// success when the turn is silenced; its success consumes the turn's
+    /// activity. Out of turn: a fresh standalone id group like any turn-less
+    /// send (§4.6), the media on the final part.
+    fn on_media(&mut self, media: HostMedia, out: &mut Vec<Effect>) {
+        let op = self.allocate_op();
+        let (metadata, options) = durable_fields(&media.metadata);
+        let key = self.open_turn_key(media.session_key.as_deref(), &media.conversation_id);
+        if let Some(turn) = key.as_ref().and_then(|k| self.sessions.get_mut(k)) {
+            let turn_id = turn.id.clone();
+            let reservation = turn.reserve_media(op, &media, metadata, options);
+            if let (Reservation::Send(_), Some(key)) = (&reservation, key) {
+                self.media_ops.insert(op, key);
+            }
+            self.dispatch_reservation(reservation, media.request, turn_id, None, out);
+            return;
+        }
+        let group = StandaloneGroup::new(&media.conversation_id, media.random);
+        let delivery = standalone_delivery(&DeliverySpec {
+            op,
+            route: Route::SendTo,
+            conversation_id: &media.conversation_id,
+            turn_id: Some(group.token()),
+            base_id: Some(group.base_id()),
+            text: &media.caption,
+            reply_to: media.reply_to.as_deref(),
+            metadata,
+            options,
+            reply_authority: None,
+            trail: Vec::new(),
+            media: Some(&media.media),
+        });
+        let reservation = match delivery {
+            Some(delivery) => Reservation::Send(delivery),
+            None => Reservation::Refused("Canon could not plan the message".to_owned()),
+        };
+        self.dispatch_reservation(reservation, media.request, String::new(), None, out);
+    }
+
     // ----- §4.6 -----
 
     fn on_standalone(&mut self, send: StandaloneSend, out: &mut Vec<Effect>) {
-        let target = [
-            send.chat_id.as_deref(),
-            send.home_channel_env.as_deref(),
-            send.home_channel_config.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        .map(str::trim)
-        .find(|t| !t.is_empty());
-        let Some(target) = target else {
+        let Some(target) = standalone_target(&send) else {
             out.push(reply(
                 send.request,
                 HostReply::Standalone(Err(STANDALONE_NO_TARGET.to_owned())),
@@ -1372,6 +1417,7 @@ impl TurnMachine {
             options: Map::new(),
             reply_authority: None,
             trail: Vec::new(),
+            media: send.media.as_ref(),
         });
         match delivery {
             Some(delivery) => {
@@ -1470,6 +1516,7 @@ impl TurnMachine {
         }
         self.sessions.clear();
         self.typing.clear();
+        self.media_ops.clear();
     }
 
     /// The open lifecycle turn an outbound call belongs to (turns.md §7.1):
@@ -1792,6 +1839,7 @@ impl Turn {
             options,
             reply_authority: self.reply_authority.clone(),
             trail,
+            media: None,
         }) else {
             return Reservation::Refused("Canon could not plan the message".to_owned());
         };
@@ -1804,11 +1852,60 @@ impl Turn {
         Reservation::Send(delivery)
     }
 
+    /// Plans a media message of this open turn (turns.md §7.6 media row,
+    /// OQ-6): its own `turn_complete` with the turn id, the reply authority
+    /// and the peeked trail, under the id of the next ordinal (§4.4). The
+    /// ordinal is used up at once, past any pending operation, so the media
+    /// never waits for, replaces or collides with another operation of the
+    /// turn; the transport's with-id retry replays its exact bytes.
+    fn reserve_media(
+        &mut self,
+        op: OpId,
+        media: &HostMedia,
+        metadata: Map<String, Value>,
+        options: Map<String, Value>,
+    ) -> Reservation {
+        if self.silenced {
+            return Reservation::Silenced;
+        }
+        let trail = if should_publish_turn_trail(self.verbosity) {
+            final_turn_trail(self.activity.blocks())
+        } else {
+            Vec::new()
+        };
+        let floor = self
+            .ledger
+            .pending
+            .as_ref()
+            .and_then(|p| p.ordinal)
+            .map_or(self.ledger.settled, |o| o.get().max(self.ledger.settled));
+        let ordinal = Ordinal::after_settled(floor);
+        let base = stable_final_message_id(&self.conversation_id, Some(&self.id), ordinal);
+        let Some(delivery) = build_delivery(&DeliverySpec {
+            op,
+            route: Route::Messages,
+            conversation_id: &self.conversation_id,
+            turn_id: Some(&self.id),
+            base_id: base.as_deref(),
+            text: &media.caption,
+            reply_to: media.reply_to.as_deref(),
+            metadata,
+            options,
+            reply_authority: self.reply_authority.clone(),
+            trail,
+            media: Some(&media.media),
+        }) else {
+            return Reservation::Refused("Canon could not plan the message".to_owned());
+        };
+        self.ledger.settled = ordinal.get();
+        Reservation::Send(delivery)
+    }
+
     /// The pending operation succeeded: advance the ordinal.
     fn settle(&mut self) {
         if let Some(pending) = self.ledger.pending.take() {
             if let Some(ordinal) = pending.ordinal {
-                self.ledger.settled = ordinal.get();
+                self.ledger.settled = self.ledger.settled.max(ordinal.get());
             }
         }
     }
@@ -1846,6 +1943,21 @@ fn finish_close(mut turn: Turn, config: TurnConfig, now: u64, out: &mut Vec<Effe
     if let Some(request) = closing.request {
         out.push(reply(request, HostReply::Done));
     }
+}
+
+/// The conversation of a `standalone.send` (hermes-host.md §15): the
+/// explicit chat id, else `CANON_HOME_CHANNEL`, else the platform's home
+/// channel; blank values skipped.
+pub fn standalone_target(send: &StandaloneSend) -> Option<&str> {
+    [
+        send.chat_id.as_deref(),
+        send.home_channel_env.as_deref(),
+        send.home_channel_config.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(str::trim)
+    .find(|t| !t.is_empty())
 }
 
 fn reply(request: RequestId, reply: HostReply) -> Effect {
@@ -1946,6 +2058,8 @@ struct DeliverySpec<'a> {
     options: Map<String, Value>,
     reply_authority: Option<ReplyAuthority>,
     trail: Vec<TrailBlock>,
+    /// Media on the final part (canon-wire.md §7.4).
+    media: Option<&'a MediaPayload>,
 }
 
 /// A delivery under a standalone id group (turns.md §4.6): `spec` names the
@@ -1984,17 +2098,23 @@ fn build_delivery(spec: &DeliverySpec<'_>) -> Option<Delivery> {
     let parts = plan
         .parts()
         .iter()
-        .map(|part| OutboundMessage {
-            message_id: part.message_id().map(str::to_owned),
-            text: part.text().to_owned(),
-            reply_to: spec.reply_to.map(str::to_owned),
-            metadata: part.metadata().clone(),
-            options: if part.role() == PartRole::Final {
-                spec.options.clone()
-            } else {
-                Map::new()
-            },
-            reply_authority: spec.reply_authority.clone(),
+        .map(|part| {
+            let last = part.role() == PartRole::Final;
+            let media = spec.media.filter(|_| last);
+            OutboundMessage {
+                message_id: part.message_id().map(str::to_owned),
+                text: part.text().to_owned(),
+                reply_to: spec.reply_to.map(str::to_owned),
+                metadata: part.metadata().clone(),
+                options: if last {
+                    spec.options.clone()
+                } else {
+                    Map::new()
+                },
+                reply_authority: spec.reply_authority.clone(),
+                content_type: media.map(|m| m.content_type.clone()),
+                attachments: media.map(|m| m.attachments.clone()).unwrap_or_default(),
+            }
         })
         .collect();
     Some(Delivery {

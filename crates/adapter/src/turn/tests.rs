@@ -1591,6 +1591,7 @@ fn standalone_sends() {
             home_channel_env: home.map(str::to_owned),
             home_channel_config: None,
             text: text.to_owned(),
+            media: None,
             random: 7,
         })
     };
@@ -1768,6 +1769,9 @@ enum Op {
         class: u8,
     },
     Standalone,
+    Media {
+        session: Option<u8>,
+    },
     Tick {
         advance: u64,
     },
@@ -1801,6 +1805,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         (session.clone(), any::<bool>())
             .prop_map(|(session, resolve)| Op::Waiting { session, resolve }),
         session.clone().prop_map(|session| Op::NoReply { session }),
+        proptest::option::of(session.clone()).prop_map(|session| Op::Media { session }),
         session.prop_map(|session| Op::Steer { session }),
         (0usize..8, 0u8..4).prop_map(|(pick, class)| Op::Outcome { pick, class }),
         Just(Op::Standalone),
@@ -1956,7 +1961,18 @@ fn to_input(op: &Op, request: u64, ops: &[OpId], now: u64) -> Input {
             home_channel_env: Some("home".to_owned()),
             home_channel_config: None,
             text: "cron".to_owned(),
+            media: None,
             random: u128::from(request),
+        }),
+        Op::Media { session } => Input::Media(HostMedia {
+            request: RequestId(request),
+            session_key: (*session).map(session_name),
+            conversation_id: C1.to_owned(),
+            caption: String::new(),
+            reply_to: None,
+            metadata: Map::new(),
+            media: image_payload(),
+            random: u128::from(request) << 32,
         }),
         Op::Tick { .. } => Input::Timeout,
         Op::Typing { on } => typing(*on),
@@ -1984,6 +2000,7 @@ proptest! {
         let mut closes: BTreeMap<String, usize> = BTreeMap::new();
         let mut replies: BTreeMap<u64, usize> = BTreeMap::new();
         let mut standalone_ids: BTreeSet<String> = BTreeSet::new();
+        let mut media_ids: BTreeSet<String> = BTreeSet::new();
         for (index, op) in ops.iter().enumerate() {
             if let Op::Tick { advance } = op {
                 now += advance;
@@ -2014,7 +2031,14 @@ proptest! {
                         delivered_ops.push(d.op);
                         let last = d.parts.last().expect("a delivery has parts");
                         prop_assert_eq!(&last.metadata["turnSemantics"], "turn_complete");
-                        if let Some(turn) = d.turn_id.clone() {
+                        let is_media = !last.attachments.is_empty();
+                        prop_assert!(d.parts[..d.parts.len() - 1].iter().all(|p| p.attachments.is_empty()));
+                        if let (true, Some(_)) = (is_media, d.turn_id.as_ref()) {
+                            // OQ-6: media is its own turn_complete under a
+                            // fresh ordinal id of its turn, never reused.
+                            let id = last.message_id.clone().expect("a media id");
+                            prop_assert!(media_ids.insert(id.clone()), "media id {} reused", id);
+                        } else if let Some(turn) = d.turn_id.clone() {
                             finals.entry(turn).or_default().insert(last.message_id.clone());
                         } else {
                             prop_assert_eq!(d.route, Route::SendTo);
@@ -2029,6 +2053,8 @@ proptest! {
                 }
             }
         }
+        let final_ids: BTreeSet<String> = finals.values().flatten().flatten().cloned().collect();
+        prop_assert!(final_ids.is_disjoint(&media_ids), "a final reused a media id");
         for turn in &lifecycle {
             prop_assert!(finals.get(turn).map_or(0, BTreeSet::len) <= 1, "turn {} has several finals", turn);
             prop_assert!(closes.get(turn).copied().unwrap_or(0) <= 1, "turn {} closed twice", turn);
@@ -2227,4 +2253,192 @@ fn reply_to_a_control_event_is_never_written() {
         ),
         (4, after_turn, &["reply r5 aux "]),
     ]);
+}
+
+// ----- media (turns.md §7.6 media row, OQ-6) -----
+
+fn image_payload() -> MediaPayload {
+    MediaPayload {
+        content_type: "image".to_owned(),
+        attachments: vec![
+            json!({"kind": "image", "url": "https://canon/files/a/b/c?token=t",
+                                 "mimeType": "image/png", "fileName": "cat.png"}),
+        ],
+    }
+}
+
+fn media(request: u64, session: Option<&str>, caption: &str, random: u128) -> Input {
+    Input::Media(HostMedia {
+        request: RequestId(request),
+        session_key: session.map(str::to_owned),
+        conversation_id: C1.to_owned(),
+        caption: caption.to_owned(),
+        reply_to: None,
+        metadata: Map::new(),
+        media: image_payload(),
+        random,
+    })
+}
+
+fn deliveries(effects: &[Effect]) -> Vec<Delivery> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Deliver(d) => Some(d.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// OQ-6: media in an open turn is its own durable `turn_complete` with the
+/// turn id and the peeked trail, under the id of the turn's next ordinal;
+/// its success consumes the activity, and the final takes the ordinal after.
+#[test]
+fn media_in_an_open_turn_is_its_own_turn_complete_under_the_next_ordinal() {
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    machine.handle(start(1, "m1", 4), 0);
+    machine.handle(tool_started("call-1", "search"), 1);
+    machine.handle(tool_finished("call-1", "search"), 2);
+    let sent = machine.handle(media(2, Some(S1), "Here it is", rand(7)), 3);
+    let delivery = only_delivery(&sent);
+    assert_eq!(delivery.route, Route::Messages);
+    assert_eq!(delivery.turn_id.as_deref(), Some(turn_id(4).as_str()));
+    let [part] = delivery.parts.as_slice() else {
+        panic!("one part: {delivery:?}");
+    };
+    assert_eq!(
+        part.message_id,
+        stable_final_message_id(C1, Some(&turn_id(4)), Ordinal::FIRST)
+    );
+    assert_eq!(part.text, "Here it is");
+    assert_eq!(part.metadata["turnSemantics"], "turn_complete");
+    assert_eq!(part.metadata["turnId"], json!(turn_id(4)));
+    assert!(part.metadata.contains_key("turnTrail"), "{part:?}");
+    assert_eq!(part.content_type.as_deref(), Some("image"));
+    assert_eq!(part.attachments, image_payload().attachments);
+    let done = machine.handle(delivered(delivery.op.0), 4);
+    assert_eq!(
+        done.iter().map(describe).collect::<Vec<_>>(),
+        ["reply r2 delivered canon-msg-1"]
+    );
+    machine.handle(preview(3, "All done"), 5);
+    machine.handle(edit(4, "All done", true), 6);
+    let closed = machine.handle(complete(5, Outcome::Success), 7);
+    let [flush] = deliveries(&closed).try_into().expect("one flush");
+    let final_part = &flush.parts[0];
+    assert_eq!(
+        final_part.message_id,
+        stable_final_message_id(C1, Some(&turn_id(4)), Ordinal::FIRST.next())
+    );
+    let trail = final_part.metadata["turnTrail"]
+        .as_array()
+        .expect("a trail");
+    assert!(
+        trail.iter().all(|b| b["kind"] == "text"),
+        "the media consumed the tool activity: {final_part:?}"
+    );
+    assert!(final_part.attachments.is_empty());
+    assert_eq!(final_part.content_type, None);
+}
+
+/// A media send that fails ambiguously still uses up its ordinal, so the
+/// final can never collide with a media message Canon may have stored.
+#[test]
+fn failed_media_uses_up_its_ordinal() {
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    machine.handle(start(1, "m1", 4), 0);
+    let sent = machine.handle(media(2, Some(S1), "", rand(7)), 1);
+    let delivery = only_delivery(&sent);
+    assert_eq!(delivery.parts[0].text, "");
+    check_steps(
+        &mut machine,
+        vec![(
+            2,
+            failed(delivery.op.0, FailureClass::Ambiguous),
+            &["reply r2 failed \"Canon request timed out\" retryable=false"],
+        )],
+    );
+    let again = only_delivery(&machine.handle(media(3, Some(S1), "", rand(7)), 3));
+    assert_eq!(
+        again.parts[0].message_id,
+        stable_final_message_id(C1, Some(&turn_id(4)), Ordinal::FIRST.next())
+    );
+}
+
+/// A silenced turn answers media with success and writes nothing.
+#[test]
+fn media_in_a_silenced_turn_is_suppressed_with_success() {
+    check(vec![
+        (
+            0,
+            start(1, "m1", 4),
+            &[
+                "read conv-1",
+                "turn thinking T4 q=0 active=m1",
+                "reply r1 started T4",
+            ],
+        ),
+        (
+            1,
+            no_reply(2, None, true),
+            &[
+                "no_reply record conv-1 m1 given",
+                "reply r2 no_reply ack conv-1",
+            ],
+        ),
+        (
+            2,
+            media(3, Some(S1), "pic", rand(7)),
+            &["reply r3 silenced T4"],
+        ),
+    ]);
+}
+
+/// Out of turn, media is a fresh standalone id group through `send_to`
+/// with the attachments on the final part only.
+#[test]
+fn media_out_of_turn_is_a_standalone_group_with_media_on_the_final_part() {
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    let caption = "word ".repeat(1_000);
+    let delivery = only_delivery(&machine.handle(media(1, None, &caption, rand(5)), 0));
+    assert_eq!(delivery.route, Route::SendTo);
+    assert_eq!(delivery.turn_id, None);
+    assert_eq!(delivery.parts.len(), 2);
+    let group = StandaloneGroup::new(C1, rand(5));
+    assert_eq!(
+        delivery.parts[1].message_id.as_deref(),
+        Some(format!("{}-part-2", group.base_id()).as_str())
+    );
+    assert!(delivery.parts[0].attachments.is_empty());
+    assert_eq!(delivery.parts[0].content_type, None);
+    assert_eq!(delivery.parts[1].attachments, image_payload().attachments);
+    assert_eq!(delivery.parts[1].content_type.as_deref(), Some("image"));
+    assert!(delivery
+        .parts
+        .iter()
+        .all(|p| !p.metadata.contains_key("turnId")));
+    let other = only_delivery(&machine.handle(media(2, None, "x", rand(6)), 1));
+    assert_ne!(other.parts[0].message_id, delivery.parts[1].message_id);
+}
+
+/// `standalone.send` with media: the attachments ride on the final part.
+#[test]
+fn standalone_media_rides_on_the_final_part() {
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    let effects = machine.handle(
+        Input::Standalone(StandaloneSend {
+            request: RequestId(1),
+            chat_id: Some(C1.to_owned()),
+            home_channel_env: None,
+            home_channel_config: None,
+            text: "word ".repeat(1_000),
+            media: Some(image_payload()),
+            random: rand(3),
+        }),
+        0,
+    );
+    let delivery = only_delivery(&effects);
+    assert_eq!(delivery.parts.len(), 2);
+    assert!(delivery.parts[0].attachments.is_empty());
+    assert_eq!(delivery.parts[1].attachments.len(), 1);
 }

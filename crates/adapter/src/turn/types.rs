@@ -179,6 +179,10 @@ pub struct OutboundMessage {
     pub options: Map<String, Value>,
     /// The turn's reply authority, on every part.
     pub reply_authority: Option<ReplyAuthority>,
+    /// `contentType` (final part of a media message only).
+    pub content_type: Option<String>,
+    /// Uploaded attachment objects (canon-wire.md §7.1; final part only).
+    pub attachments: Vec<Value>,
 }
 
 /// A durable operation: send `parts` in order, each with the bounded retry of
@@ -529,7 +533,40 @@ pub struct StandaloneSend {
     pub home_channel_config: Option<String>,
     /// The whole text (never truncated).
     pub text: String,
+    /// Uploaded media (hermes-host.md §15): ride on the final part only.
+    pub media: Option<MediaPayload>,
     /// Fresh randomness for the id group.
+    pub random: u128,
+}
+
+/// Uploaded media for one message (canon-wire.md §7.4): the attachment
+/// objects Canon's upload returned and the message `contentType`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MediaPayload {
+    /// `contentType`: `image`, `audio`, `video` or `file`.
+    pub content_type: String,
+    /// The attachment objects, in order.
+    pub attachments: Vec<Value>,
+}
+
+/// `adapter.send_media` after its upload (turns.md §7.6 media row, OQ-6).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostMedia {
+    /// The host request to answer.
+    pub request: RequestId,
+    /// The task-local session key, when the call came from inside a turn.
+    pub session_key: Option<String>,
+    /// The chat.
+    pub conversation_id: String,
+    /// The caption: the message text (may be empty).
+    pub caption: String,
+    /// `reply_to`.
+    pub reply_to: Option<String>,
+    /// The Hermes metadata.
+    pub metadata: Map<String, Value>,
+    /// The uploaded media.
+    pub media: MediaPayload,
+    /// Fresh randomness for a standalone id group (out of turn).
     pub random: u128,
 }
 
@@ -667,6 +704,8 @@ pub enum Input {
     },
     /// `standalone.send`.
     Standalone(StandaloneSend),
+    /// `adapter.send_media`, uploaded.
+    Media(HostMedia),
     /// `resync` after a daemon respawn.
     Resync {
         /// The host request to answer.

@@ -16,6 +16,7 @@
 //! | inbound PNG: Hermes' image cache, the model sees it, no hand-off file left | hermes-host.md §19.7, Q8 |
 //! | clarify answered in Canon reaches the model; `waiting_input` then `tool` | runtime-control.md §6.4, turns.md §7.8 |
 //! | dangerous command approved (runs) or denied (does not) in Canon | runtime-control.md §6.5, hermes-host.md §13.2, Q2, Q10 |
+//! | `MEDIA:<path>` in the answer: Hermes calls `send_document`, one upload, a media `turn_complete` of the turn | hermes-host.md §8.3, §19.6, turns.md OQ-6 |
 
 use std::path::Path;
 use std::process::Command;
@@ -1526,4 +1527,80 @@ async fn real_gateway_dangerous_command_denied_in_canon_does_not_run() {
     let result = sc.tool_message("call_terminal_1");
     assert!(result.to_lowercase().contains("denied"), "{result}");
     sc.assert_hitl_turn();
+}
+
+/// hermes-host.md §8.3 and §19.6, turns.md OQ-6: the model's answer names a file with a
+/// `MEDIA:<path>` tag; Hermes 0.19.0 extracts it after the turn's text and calls the adapter's
+/// `send_document` while the turn is still open. The daemon uploads the file once and sends it as
+/// its own durable `turn_complete` of that turn, with an operation-bound `hermes-final-…` id
+/// distinct from the answer's.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_media_tag_in_the_answer_is_uploaded_as_a_turn_document() {
+    const PDF: &[u8] =
+        b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog >>\nendobj\ntrailer\n<< /Root 1 0 R >>\n%%EOF\n";
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let report = dir.path().join("report.pdf");
+    std::fs::write(&report, PDF).expect("write the report");
+    let answer = format!("Here is the report.\nMEDIA:{}", report.display());
+    let sc = Scenario::start(
+        json!([{"match": {}, "reply": {"text": answer}}]),
+        GatewayOptions::default(),
+    )
+    .await;
+    sc.inject(Injection {
+        text: Some("send me the report".into()),
+        ..Injection::default()
+    });
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    sc.wait("the document message", |s| {
+        s.messages.iter().any(|m| {
+            m.message["senderId"] == DEFAULT_AGENT
+                && m.message["attachments"]
+                    .as_array()
+                    .is_some_and(|a| !a.is_empty())
+        })
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let uploads: Vec<(Option<String>, String, Vec<u8>)> = sc.sim.read_state(|s| {
+        s.uploads
+            .values()
+            .map(|u| (u.file_name.clone(), u.mime_type.clone(), u.bytes.clone()))
+            .collect()
+    });
+    assert_eq!(
+        uploads,
+        vec![(
+            Some("report.pdf".to_owned()),
+            "application/pdf".to_owned(),
+            PDF.to_vec()
+        )],
+        "{}",
+        sc.gateway.log_tail()
+    );
+    let turns = sc.turn_history(DEFAULT_CONVERSATION);
+    let turn_id = turns[0]["turnId"].as_str().expect("a turn id").to_owned();
+    let messages = sc.agent_messages_with_ids(DEFAULT_CONVERSATION);
+    let (media, text): (Vec<_>, Vec<_>) = messages
+        .iter()
+        .partition(|(_, m)| m["attachments"].as_array().is_some_and(|a| !a.is_empty()));
+    assert_eq!(media.len(), 1, "{messages:#?}");
+    let (media_id, document) = media[0];
+    assert_eq!(document["contentType"], "file", "{document:#}");
+    assert_eq!(document["attachments"][0]["kind"], "file");
+    assert_eq!(document["attachments"][0]["fileName"], "report.pdf");
+    assert!(is_turn_complete(document), "{document:#}");
+    assert_eq!(document["metadata"]["turnId"], turn_id.as_str());
+    let media_id = media_id.clone().expect("an operation-bound id");
+    assert!(media_id.starts_with("hermes-final-") && media_id.len() == 45);
+    assert_eq!(text.len(), 1, "{messages:#?}");
+    let (answer_id, answer_message) = text[0];
+    assert!(
+        answer_message["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Here is the report.")),
+        "{answer_message:#}"
+    );
+    assert_ne!(answer_id.as_deref(), Some(media_id.as_str()));
 }

@@ -6,5 +6,6 @@ mod hermes_busy;
 mod hermes_gateway;
 mod serve_hitl;
 mod serve_media;
+mod serve_outbound_media;
 mod serve_stdio;
 mod shim_support;

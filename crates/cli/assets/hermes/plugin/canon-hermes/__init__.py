@@ -510,6 +510,36 @@ def _make_adapter_class():
                 "chat_id": chat_id, "content": content, "reply_to": reply_to,
                 "metadata": metadata, "ctx": turn_ctx()}, 120)
 
+        async def _media(self, op, chat_id, caption, reply_to, metadata, kwargs, **fields):
+            # hermes-host.md §19.6: the daemon reads the file (same user) and uploads it.
+            body = {"op": op, "chat_id": chat_id, "caption": caption, "reply_to": reply_to,
+                    "metadata": metadata, "ctx": turn_ctx()}
+            body.update({k: v for k, v in fields.items() if v is not None})
+            if isinstance(kwargs.get("mime_type"), str):
+                body["mime_type"] = kwargs["mime_type"]
+            duration = kwargs.get("duration")
+            if isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration >= 0:
+                body["duration_ms"] = int(duration * 1000)
+            return await self._forward("adapter.send_media", body, 300)
+
+        async def send_image(self, chat_id, image_url, caption=None, reply_to=None, metadata=None):
+            return await self._media("image_url", chat_id, caption, reply_to, metadata, {}, url=image_url)
+
+        async def send_image_file(self, chat_id, image_path, caption=None, reply_to=None, metadata=None, **kwargs):
+            return await self._media("image_file", chat_id, caption, reply_to, metadata, kwargs,
+                                     path=str(image_path))
+
+        async def send_voice(self, chat_id, audio_path, caption=None, reply_to=None, metadata=None, **kwargs):
+            return await self._media("voice", chat_id, caption, reply_to, metadata, kwargs, path=str(audio_path))
+
+        async def send_video(self, chat_id, video_path, caption=None, reply_to=None, metadata=None, **kwargs):
+            return await self._media("video", chat_id, caption, reply_to, metadata, kwargs, path=str(video_path))
+
+        async def send_document(self, chat_id, file_path, caption=None, file_name=None, reply_to=None,
+                                metadata=None, **kwargs):
+            return await self._media("document", chat_id, caption, reply_to, metadata, kwargs,
+                                     path=str(file_path), file_name=file_name)
+
         async def edit_message(self, chat_id, message_id, content, *, finalize=False, metadata=None):
             return await self._forward("adapter.edit", {
                 "chat_id": chat_id, "message_id": message_id, "content": content,

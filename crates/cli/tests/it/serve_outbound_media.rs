@@ -1,0 +1,427 @@
+//! Outbound media through the real `canon-hermes serve --stdio` against canon-sim
+//! (hermes-host.md §8.3, §15, §19.6; canon-wire.md §4.4, §7.4; turns.md §7.6 media row and
+//! OQ-6): an image file in an open turn is one upload and one durable `turn_complete` under the
+//! turn's ordinal id, replayed without a duplicate after an ambiguous failure; a document out of
+//! turn is a standalone id group with the attachment on the final part; a file above 10 MiB is
+//! refused with nothing uploaded; `standalone.send` uploads its `media_files` onto the final
+//! part; a silenced turn answers success and writes nothing.
+
+use std::path::{Path, PathBuf};
+
+use canon_sim::control::Injection;
+use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
+use serde_json::{json, Value};
+
+use super::shim_support::{sim, Shim, WAIT};
+
+const SESSION: &str = "agent:main:canon:dm:c-direct";
+
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+const PDF: &[u8] =
+    b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog >>\nendobj\ntrailer\n<< /Root 1 0 R >>\n%%EOF\n";
+
+const LIMIT_ERROR: &str = "Canon media upload limit is 10MB";
+
+fn ctx() -> Value {
+    json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION, "session_key": SESSION})
+}
+
+/// Writes `bytes` to `name` in `dir`; the path.
+fn file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write the media file");
+    path
+}
+
+/// A sparse file one byte above the 10 MiB cap.
+fn oversized(dir: &Path) -> PathBuf {
+    let path = dir.join("huge.png");
+    let f = std::fs::File::create(&path).expect("create");
+    f.set_len(10 * 1024 * 1024 + 1).expect("sparse file");
+    path
+}
+
+/// The agent's stored messages in the direct conversation: (client id, message).
+fn stored(sim: &SimHandle) -> Vec<(Option<String>, Value)> {
+    sim.read_state(|s| {
+        s.messages
+            .iter()
+            .filter(|m| m.conversation_id == DEFAULT_CONVERSATION)
+            .filter(|m| m.message["senderId"] == DEFAULT_AGENT)
+            .map(|m| (m.client_id.clone(), m.message.clone()))
+            .collect()
+    })
+}
+
+/// The uploads the sim holds: (file name, MIME type, size).
+fn uploads(sim: &SimHandle) -> Vec<(Option<String>, String, usize)> {
+    sim.read_state(|s| {
+        s.uploads
+            .values()
+            .map(|u| (u.file_name.clone(), u.mime_type.clone(), u.bytes.len()))
+            .collect()
+    })
+}
+
+/// Injects a human message, answers the daemon's `inbound.message` and opens the turn:
+/// (event_ref, turn id).
+async fn open_turn(shim: &mut Shim, sim: &SimHandle, text: &str) -> (String, String) {
+    sim.inject_message(&Injection {
+        text: Some(text.to_owned()),
+        ..Injection::default()
+    })
+    .expect("inject");
+    let inbound = shim.accept_inbound().await;
+    let event_ref = inbound["body"]["event_ref"]
+        .as_str()
+        .expect("event_ref")
+        .to_owned();
+    let message_id = inbound["body"]["event"]["message_id"].clone();
+    let started = shim
+        .request(
+            "turn.start",
+            json!({"event_ref": event_ref, "session_key": SESSION,
+                   "event": {"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm",
+                             "user_id": DEFAULT_OWNER, "message_id": message_id}}),
+        )
+        .await;
+    let turn_id = started["body"]["turn_id"]
+        .as_str()
+        .expect("turn id")
+        .to_owned();
+    (event_ref, turn_id)
+}
+
+async fn complete_turn(shim: &mut Shim, event_ref: &str) {
+    let done = shim
+        .request(
+            "turn.complete",
+            json!({"event_ref": event_ref, "session_key": SESSION, "outcome": "success"}),
+        )
+        .await;
+    assert_eq!(done["ok"], true, "{done}");
+}
+
+/// `adapter.send_media`; the response.
+async fn send_media(shim: &mut Shim, op: &str, path: &Path, caption: &str, ctx: Value) -> Value {
+    shim.request(
+        "adapter.send_media",
+        json!({"op": op, "chat_id": DEFAULT_CONVERSATION, "path": path, "caption": caption,
+               "reply_to": null, "metadata": null, "ctx": ctx}),
+    )
+    .await
+}
+
+fn fault(path: &str, nth: u64, action: FaultAction) -> FaultRule {
+    FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some("POST".to_owned()),
+            path: Some(path.to_owned()),
+            agent: Some(DEFAULT_AGENT.to_owned()),
+            nth: Some(vec![nth]),
+            ..FaultMatcher::default()
+        },
+        action,
+        seen: 0,
+        fired: 0,
+    }
+}
+
+/// turns.md OQ-6: an image file sent during an open turn is one upload and one durable
+/// `turn_complete` carrying the attachment, the turn id and a `hermes-final-…` id of the turn's
+/// ordinal sequence. The first `/messages/send` is processed and its connection dropped: the
+/// replay carries the same id and Canon keeps one copy. The turn's final then takes the next
+/// ordinal's id.
+#[tokio::test(flavor = "multi_thread")]
+async fn image_file_in_an_open_turn_is_one_durable_turn_complete_replayed_without_duplicates() {
+    let sim = sim().await;
+    sim.add_fault(fault("/messages/send", 1, FaultAction::ProcessThenDrop))
+        .expect("fault installed");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = file(dir.path(), "cat.png", PNG);
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let (event_ref, turn_id) = open_turn(&mut shim, &sim, "send me a cat").await;
+
+    let sent = send_media(&mut shim, "image_file", &png, "A cat", ctx()).await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+
+    assert_eq!(
+        uploads(&sim),
+        vec![(
+            Some("cat.png".to_owned()),
+            "image/png".to_owned(),
+            PNG.len()
+        )],
+        "one upload"
+    );
+    let messages = stored(&sim);
+    assert_eq!(messages.len(), 1, "one stored copy: {messages:?}");
+    let (client_id, message) = &messages[0];
+    let media_id = client_id.clone().expect("an operation-bound id");
+    assert!(
+        media_id.len() == 45 && media_id.starts_with("hermes-final-"),
+        "{media_id}"
+    );
+    assert_eq!(sent["body"]["message_id"], message["id"]);
+    assert_eq!(message["text"], "A cat");
+    assert_eq!(message["contentType"], "image");
+    let attachments = message["attachments"].as_array().expect("attachments");
+    assert_eq!(attachments.len(), 1);
+    assert_eq!(attachments[0]["kind"], "image");
+    assert_eq!(attachments[0]["mimeType"], "image/png");
+    let metadata = &message["metadata"];
+    assert_eq!(metadata["turnSemantics"], "turn_complete", "{metadata}");
+    assert_eq!(metadata["turnId"], json!(turn_id));
+
+    let entries = sim.journal(0, Some("/messages/send"));
+    let statuses: Vec<u16> = entries.iter().map(|e| e.status).collect();
+    assert_eq!(statuses, vec![0, 200], "dropped, then replayed");
+    assert!(entries
+        .iter()
+        .all(|e| e.body["messageId"] == json!(media_id) && e.body == entries[0].body));
+
+    // The final of the same turn takes the next ordinal's id.
+    let text = "Here is your cat.";
+    let staged = shim
+        .request(
+            "adapter.send",
+            json!({"chat_id": DEFAULT_CONVERSATION, "content": text,
+                   "metadata": {"expect_edits": true}, "ctx": ctx()}),
+        )
+        .await;
+    assert_eq!(staged["body"]["success"], true, "{staged}");
+    let edited = shim
+        .request(
+            "adapter.edit",
+            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id, "content": text,
+                   "finalize": true, "ctx": ctx()}),
+        )
+        .await;
+    assert_eq!(edited["body"]["success"], true, "{edited}");
+    complete_turn(&mut shim, &event_ref).await;
+    let messages = stored(&sim);
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    let final_id = messages[1].0.clone().expect("a final id");
+    assert!(final_id.starts_with("hermes-final-") && final_id != media_id);
+    assert_eq!(messages[1].1["text"], text);
+    assert!(messages[1]
+        .1
+        .get("attachments")
+        .is_none_or(|a| a.as_array().is_none_or(Vec::is_empty)));
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// Out of turn (no session, as Hermes' cron or `send_message` through the live adapter): a
+/// document is a fresh standalone id group through `send_to`, the attachment on the final part.
+#[tokio::test(flavor = "multi_thread")]
+async fn document_out_of_turn_is_a_standalone_group_with_the_attachment_on_the_final_part() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pdf = file(dir.path(), "report.pdf", PDF);
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let caption = "Quarterly figures follow.\n".repeat(200);
+    assert!(caption.len() > 3_800);
+    let sent = shim
+        .request(
+            "adapter.send_media",
+            json!({"op": "document", "chat_id": DEFAULT_CONVERSATION, "path": pdf,
+                   "caption": caption, "file_name": "Q3 report.pdf", "reply_to": null,
+                   "metadata": null, "ctx": {}}),
+        )
+        .await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+    assert_eq!(
+        uploads(&sim),
+        vec![(
+            Some("Q3 report.pdf".to_owned()),
+            "application/pdf".to_owned(),
+            PDF.len()
+        )]
+    );
+    let parts = stored(&sim);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    let base = parts[0].1["metadata"]["messageChunk"]["groupId"]
+        .as_str()
+        .expect("a group id")
+        .to_owned();
+    for (i, (client_id, message)) in parts.iter().enumerate() {
+        assert_eq!(
+            client_id.as_deref(),
+            Some(format!("{base}-part-{}", i + 1).as_str())
+        );
+        assert!(message["metadata"].get("turnId").is_none(), "{message}");
+    }
+    let no_media = |m: &Value| {
+        m.get("attachments")
+            .is_none_or(|a| a.as_array().is_none_or(Vec::is_empty))
+    };
+    assert!(no_media(&parts[0].1), "{}", parts[0].1);
+    let last = &parts[1].1;
+    assert_eq!(last["contentType"], "file");
+    assert_eq!(last["attachments"][0]["kind"], "file");
+    assert_eq!(last["attachments"][0]["fileName"], "Q3 report.pdf");
+    assert_eq!(last["metadata"]["turnSemantics"], "turn_complete");
+    assert_eq!(sent["body"]["message_id"], last["id"]);
+    let sends = sim.journal(0, Some("/agent/verbs/send_to"));
+    assert_eq!(sends.len(), 2);
+    assert!(sim.journal(0, Some("/messages/send")).is_empty());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// A file above 10 MiB is refused before it is read: an error result, nothing uploaded or sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_file_is_refused_and_nothing_is_uploaded() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let huge = oversized(dir.path());
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let (_event_ref, _turn_id) = open_turn(&mut shim, &sim, "send the big one").await;
+    let sent = send_media(&mut shim, "image_file", &huge, "", ctx()).await;
+    assert_eq!(sent["body"]["success"], false, "{sent}");
+    assert_eq!(sent["body"]["error"], LIMIT_ERROR);
+    assert_eq!(sent["body"]["retryable"], false);
+    let missing = send_media(&mut shim, "voice", &dir.path().join("nope.ogg"), "", ctx()).await;
+    assert_eq!(missing["body"]["success"], false, "{missing}");
+    assert!(uploads(&sim).is_empty());
+    assert!(sim.journal(0, Some("/media/upload")).is_empty());
+    assert!(stored(&sim).is_empty());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// hermes-host.md §15: `standalone.send` uploads every media file, then sends the text as one
+/// standalone group with all attachments on the final part; `contentType` is the first
+/// attachment's kind. An oversized file fails the whole send before anything is uploaded.
+#[tokio::test(flavor = "multi_thread")]
+async fn standalone_send_uploads_media_files_onto_the_final_part() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = file(dir.path(), "chart.png", PNG);
+    let pdf = file(dir.path(), "data.pdf", PDF);
+    let mut shim = Shim::spawn(&sim);
+    shim.hello().await;
+    let sent = shim
+        .request(
+            "standalone.send",
+            json!({"pconfig": {"extra": {}, "home_channel": null}, "chat_id": DEFAULT_CONVERSATION,
+                   "message": "Nightly report", "thread_id": null,
+                   "media_files": [png, pdf], "force_document": false}),
+        )
+        .await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+    assert_eq!(uploads(&sim).len(), 2);
+    let parts = stored(&sim);
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    let message = &parts[0].1;
+    assert_eq!(message["text"], "Nightly report");
+    assert_eq!(message["contentType"], "image");
+    let kinds: Vec<&str> = message["attachments"]
+        .as_array()
+        .expect("attachments")
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(kinds, ["image", "file"]);
+    assert_eq!(sent["body"]["message_id"], message["id"]);
+
+    let huge = oversized(dir.path());
+    let refused = shim
+        .request(
+            "standalone.send",
+            json!({"pconfig": {"extra": {}, "home_channel": null}, "chat_id": DEFAULT_CONVERSATION,
+                   "message": "Too big", "thread_id": null,
+                   "media_files": [png, huge], "force_document": false}),
+        )
+        .await;
+    assert_eq!(
+        refused["body"]["error"],
+        format!("Canon standalone send failed: {LIMIT_ERROR}"),
+        "{refused}"
+    );
+    assert_eq!(uploads(&sim).len(), 2, "nothing more uploaded");
+    assert_eq!(stored(&sim).len(), 1);
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// turns.md §7.6 media row: a turn silenced by `no_reply` answers media with success and
+/// neither uploads nor writes anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn silenced_turn_answers_media_with_success_and_writes_nothing() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = file(dir.path(), "cat.png", PNG);
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let (event_ref, _turn_id) = open_turn(&mut shim, &sim, "stay quiet").await;
+    let tool = shim
+        .request(
+            "tool.call",
+            json!({"name": "canon_runtime_control", "args": {"action": "no_reply"},
+                   "ctx": ctx()}),
+        )
+        .await;
+    assert_eq!(tool["ok"], true, "{tool}");
+    let sent = send_media(&mut shim, "image_file", &png, "A cat", ctx()).await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+    complete_turn(&mut shim, &event_ref).await;
+    sim.wait_for("silence recorded", WAIT, |s| !s.no_replies.is_empty())
+        .await
+        .expect("the daemon records the silence");
+    assert!(uploads(&sim).is_empty());
+    assert!(stored(&sim).is_empty());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// canon-wire.md §7.4: `send_image` with a remote URL downloads it through the SSRF guard (here
+/// a Canon-hosted loopback URL, allowed by `HERMES_ALLOW_PRIVATE_URLS`), uploads it and sends an
+/// image message; without the opt-in the guard refuses the loopback address and nothing is
+/// uploaded.
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_image_url_is_downloaded_behind_the_guard_then_uploaded() {
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = file(dir.path(), "cat.png", PNG);
+    let mut shim = Shim::spawn_with(&sim, &[("HERMES_ALLOW_PRIVATE_URLS", "1")]);
+    shim.connect(&sim).await;
+    let first = send_media(&mut shim, "image_file", &png, "", json!({})).await;
+    assert_eq!(first["body"]["success"], true, "{first}");
+    let url = stored(&sim)[0].1["attachments"][0]["url"]
+        .as_str()
+        .expect("a Canon media url")
+        .to_owned();
+    let image = |url: &str| {
+        json!({"op": "image_url", "chat_id": DEFAULT_CONVERSATION, "url": url,
+               "caption": "From the web", "reply_to": null, "metadata": null, "ctx": {}})
+    };
+    let sent = shim.request("adapter.send_media", image(&url)).await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+    let all = uploads(&sim);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(all
+        .iter()
+        .all(|(_, mime, size)| mime == "image/png" && *size == PNG.len()));
+    let messages = stored(&sim);
+    let last = &messages.last().expect("a message").1;
+    assert_eq!(last["text"], "From the web");
+    assert_eq!(last["contentType"], "image");
+    assert_eq!(last["attachments"][0]["kind"], "image");
+    assert_eq!(shim.close().await, Some(0));
+
+    let mut guarded = Shim::spawn_with(&sim, &[("HERMES_ALLOW_PRIVATE_URLS", "")]);
+    guarded.connect(&sim).await;
+    let blocked = guarded.request("adapter.send_media", image(&url)).await;
+    assert_eq!(blocked["body"]["success"], false, "{blocked}");
+    assert!(
+        blocked["body"]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Blocked unsafe URL (SSRF protection)")),
+        "{blocked}"
+    );
+    assert_eq!(uploads(&sim).len(), 2, "nothing more uploaded");
+    assert_eq!(guarded.close().await, Some(0));
+}
