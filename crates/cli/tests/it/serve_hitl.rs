@@ -140,6 +140,28 @@ async fn wait_state(sim: &SimHandle, conversation: &str, state: &str) {
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Waits until `conversation`'s turn has published `tool` after `n` resolutions: the
+/// publish runs on the daemon's ordered writer, after the `*.resolve` frame the test saw.
+async fn wait_tool_states(sim: &SimHandle, conversation: &str, n: usize) {
+    let conversation = conversation.to_owned();
+    sim.wait_for(&format!("{n} tool states"), WAIT, move |s| {
+        let mut states: Vec<&str> = Vec::new();
+        for t in s
+            .turn_history
+            .iter()
+            .filter(|t| t["conversationId"] == conversation.as_str() && t["agent"] == DEFAULT_AGENT)
+        {
+            let state = t["state"].as_str().unwrap_or_default();
+            if states.last() != Some(&state) {
+                states.push(state);
+            }
+        }
+        states.iter().filter(|s| **s == "tool").count() >= n
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// The sim's state of interaction `id` of `kind` in `conversation`.
 fn interaction_state(sim: &SimHandle, conversation: &str, kind: &str, id: &str) -> String {
     sim.read_state(|s| {
@@ -328,6 +350,7 @@ async fn clarify_structured_answers_cancel_and_timeout_give_their_texts() {
     assert_eq!(body["response"], "[user did not respond within 5m]");
 
     // OQ-3: `tool` after every resolution, the turn stays open.
+    wait_tool_states(&sim, DEFAULT_CONVERSATION, 3).await;
     let states = turn_states(&sim, DEFAULT_CONVERSATION);
     assert_eq!(
         states.last().map(String::as_str),
@@ -410,6 +433,7 @@ async fn exec_approval_allowed_by_the_owner_resolves_session_or_once() {
     );
     let body = resolved(&mut shim, "approval.resolve", json!({"resolved": 1})).await;
     assert_eq!(body["choice"], "once");
+    wait_tool_states(&sim, DEFAULT_CONVERSATION, 2).await;
     assert_eq!(
         turn_states(&sim, DEFAULT_CONVERSATION),
         ["thinking", "waiting_input", "tool", "waiting_input", "tool"]
@@ -572,6 +596,7 @@ async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     sim.advance_clock(400_000);
     let body = resolved(&mut shim, "approval.resolve", json!({"resolved": 0})).await;
     assert_eq!(body["choice"], "deny");
+    wait_tool_states(&sim, DEFAULT_CONVERSATION, 4).await;
     let states = turn_states(&sim, DEFAULT_CONVERSATION);
     assert_eq!(
         states.last().map(String::as_str),
