@@ -720,3 +720,48 @@ print(asyncio.run(shim.standalone_send(pconfig, {DEFAULT_CONVERSATION:?}, "cron 
     });
     assert_eq!(texts, ["cron says hi"], "{out}");
 }
+
+/// hermes-host.md §10, §19.10: a send or edit cut off by a daemon crash (`daemon_exited`) is
+/// sent once more to the respawned child instead of failing — a failed edit would flip Hermes'
+/// stream consumer into tail-only fallback. Other requests (an approval, a clarify) are not
+/// resent, since a second interaction would ask the human twice.
+#[test]
+fn send_and_edit_cut_off_by_a_daemon_exit_go_to_the_respawned_child() {
+    let code = r#"
+class Dying(FakeDaemon):
+    dead = False
+    def alive(self): return not self.dead
+    def request(self, kind, body):
+        self.frames.append((kind, body))
+        self.dead = True
+        fut = concurrent.futures.Future()
+        fut.set_exception(shim.DaemonError.of(shim.EXITED))
+        return fut
+class Fresh(FakeDaemon):
+    def request(self, kind, body):
+        self.frames.append((kind, body))
+        fut = concurrent.futures.Future()
+        fut.set_result({"success": True, "message_id": "T1"})
+        return fut
+fresh = Fresh()
+shim.SUPERVISOR.get = lambda: fresh  # the real respawn + resync is the kill -9 scenario's
+for call in (lambda: a.edit_message("c1", "T1", "Hello wor", finalize=False),
+             lambda: a.send("c1", "Hello", metadata={"notify": True})):
+    shim.SUPERVISOR.child = dying = Dying()
+    r = asyncio.run(call())
+    print(r.success, r.message_id, [k for k, _ in dying.frames], [k for k, _ in fresh.frames][-1:])
+shim.SUPERVISOR.child = dying = Dying()
+r = asyncio.run(a._forward("adapter.send_exec_approval", {"chat_id": "c1"}, 14))
+print(r.success, r.error, len(fresh.frames))
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{FAKE_DAEMON}{code}"), &[]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "True T1 ['adapter.edit'] ['adapter.edit']",
+            "True T1 ['adapter.send'] ['adapter.send']",
+            "False canon-hermes daemon exited 2",
+        ],
+        "{out}"
+    );
+}

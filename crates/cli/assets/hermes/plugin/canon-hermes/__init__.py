@@ -123,6 +123,7 @@ class DaemonError(Exception):
 
 
 EXITED = {"code": "daemon_exited", "message": "canon-hermes daemon exited"}
+RESENDABLE = ("adapter.send", "adapter.edit")  # idempotent after a respawn (see `_forward`)
 
 
 class Daemon:
@@ -500,10 +501,17 @@ def _make_adapter_class():
         # ----- gateway → daemon -----
 
         async def _forward(self, kind, body, timeout):
-            try:
-                return _send_result(await _call(kind, body, timeout))
-            except DaemonError as exc:
-                return _send_result({"error": str(exc), "retryable": exc.retryable})
+            # A send or edit cut off by a daemon crash is sent once more to the respawned,
+            # resynced child: an edit carries the whole text, and a final lands on the same
+            # operation-bound id. Failing it instead would flip Hermes' stream consumer into
+            # tail-only fallback for the rest of the answer (hermes-host.md §10).
+            for attempt in (1, 2):
+                try:
+                    return _send_result(await _call(kind, body, timeout))
+                except DaemonError as exc:
+                    if attempt == 1 and exc.code == "daemon_exited" and kind in RESENDABLE:
+                        continue
+                    return _send_result({"error": str(exc), "retryable": exc.retryable})
 
         async def send(self, chat_id, content, reply_to=None, metadata=None):
             return await self._forward("adapter.send", {
