@@ -142,7 +142,7 @@ def call(method, path, body=None):
         return json.loads(r.read() or b"{}")
 
 call("POST", "/messages", {"text": text})
-seen_states, last_live = [], None
+seen_states, last_live, done = [], None, None
 deadline = time.time() + 60
 while time.time() < deadline:
     state = call("GET", "/state")
@@ -158,8 +158,11 @@ while time.time() < deadline:
             print("live bubble: %s" % live)
     finals = [m["message"] for m in state.get("messages", [])
               if (m["message"].get("metadata") or {}).get("turnSemantics") == "turn_complete"]
-    if finals:
+    if finals and not done:
+        done = time.time()
         print("turn_complete (durable, notifying): %s" % finals[-1].get("text"))
+    # The closing state follows the final after a short handoff; show it, then stop.
+    if done and (seen_states[-1:] == ["completed"] or time.time() - done > 5):
         sys.exit(0)
     time.sleep(0.05)
 print("no turn_complete within 60 s", file=sys.stderr)
