@@ -100,8 +100,16 @@ impl Activity {
         if text.is_empty() {
             return;
         }
+        if let Some(index) = self.push_speech(text, status) {
+            self.open_speech = Some(index);
+        }
+    }
+
+    /// Appends a new speech block (the next `text:<turn>:<n>` segment); its
+    /// index, or `None` when the trail is full.
+    fn push_speech(&mut self, text: &str, status: BlockStatus) -> Option<usize> {
         let id = format!("text:{}:{}", self.turn_id, self.speech_segments + 1);
-        if let Some(index) = self.insert(TrailBlock {
+        let index = self.insert(TrailBlock {
             id,
             turn_id: self.turn_id.clone(),
             kind: BlockKind::Text,
@@ -110,10 +118,9 @@ impl Activity {
             title: None,
             text: Some(text.to_owned()),
             summary: None,
-        }) {
-            self.speech_segments += 1;
-            self.open_speech = Some(index);
-        }
+        })?;
+        self.speech_segments += 1;
+        Some(index)
     }
 
     /// Seals the open speech segment: it is completed and forgotten, so later
@@ -142,18 +149,7 @@ impl Activity {
             block.status = BlockStatus::Completed;
             return;
         }
-        let id = format!("text:{}:{}", self.turn_id, self.speech_segments + 1);
-        if let Some(index) = self.insert(TrailBlock {
-            id,
-            turn_id: self.turn_id.clone(),
-            kind: BlockKind::Text,
-            status: BlockStatus::Completed,
-            sequence: 0,
-            title: None,
-            text: Some(text.to_owned()),
-            summary: None,
-        }) {
-            self.speech_segments += 1;
+        if let Some(index) = self.push_speech(text, BlockStatus::Completed) {
             self.sealed_speech = Some(index);
         }
     }
