@@ -861,21 +861,18 @@ impl TurnMachine {
                 // No turn id: a fresh standalone id group per invocation
                 // (turns.md §4.6; lead decision, see the module doc), sent
                 // through `send_to` and retried with the with-id policy.
-                let group = StandaloneGroup::new(&send.conversation_id, send.random);
-                let delivery = standalone_delivery(&DeliverySpec {
+                let delivery = standalone_delivery(
                     op,
-                    route: Route::SendTo,
-                    conversation_id: &send.conversation_id,
-                    turn_id: Some(group.token()),
-                    base_id: Some(group.base_id()),
-                    text: &send.content,
-                    reply_to: send.reply_to.as_deref(),
-                    metadata,
-                    options,
-                    reply_authority: None,
-                    trail: Vec::new(),
-                    media: None,
-                });
+                    &send.conversation_id,
+                    send.random,
+                    StandaloneContent {
+                        text: &send.content,
+                        reply_to: send.reply_to.as_deref(),
+                        metadata,
+                        options,
+                        media: None,
+                    },
+                );
                 match delivery {
                     Some(delivery) => {
                         self.waiters.entry(op).or_default().push(Waiter::Send {
@@ -1371,21 +1368,18 @@ impl TurnMachine {
             self.dispatch_reservation(reservation, media.request, turn_id, None, out);
             return;
         }
-        let group = StandaloneGroup::new(&media.conversation_id, media.random);
-        let delivery = standalone_delivery(&DeliverySpec {
+        let delivery = standalone_delivery(
             op,
-            route: Route::SendTo,
-            conversation_id: &media.conversation_id,
-            turn_id: Some(group.token()),
-            base_id: Some(group.base_id()),
-            text: &media.caption,
-            reply_to: media.reply_to.as_deref(),
-            metadata,
-            options,
-            reply_authority: None,
-            trail: Vec::new(),
-            media: Some(&media.media),
-        });
+            &media.conversation_id,
+            media.random,
+            StandaloneContent {
+                text: &media.caption,
+                reply_to: media.reply_to.as_deref(),
+                metadata,
+                options,
+                media: Some(&media.media),
+            },
+        );
         let reservation = match delivery {
             Some(delivery) => Reservation::Send(delivery),
             None => Reservation::Refused("Canon could not plan the message".to_owned()),
@@ -1403,22 +1397,19 @@ impl TurnMachine {
             ));
             return;
         };
-        let group = StandaloneGroup::new(target, send.random);
         let op = self.allocate_op();
-        let delivery = standalone_delivery(&DeliverySpec {
+        let delivery = standalone_delivery(
             op,
-            route: Route::SendTo,
-            conversation_id: target,
-            turn_id: Some(group.token()),
-            base_id: Some(group.base_id()),
-            text: &send.text,
-            reply_to: None,
-            metadata: Map::new(),
-            options: Map::new(),
-            reply_authority: None,
-            trail: Vec::new(),
-            media: send.media.as_ref(),
-        });
+            target,
+            send.random,
+            StandaloneContent {
+                text: &send.text,
+                reply_to: None,
+                metadata: Map::new(),
+                options: Map::new(),
+                media: send.media.as_ref(),
+            },
+        );
         match delivery {
             Some(delivery) => {
                 self.waiters
@@ -2062,12 +2053,42 @@ struct DeliverySpec<'a> {
     media: Option<&'a MediaPayload>,
 }
 
-/// A delivery under a standalone id group (turns.md §4.6): `spec` names the
-/// group's token as its turn id and the group's base id, and uses
-/// [`Route::SendTo`]. The token only derives the ids: it never reaches the
-/// wire, so the parts carry no `turnId` and the delivery names no turn.
-fn standalone_delivery(spec: &DeliverySpec<'_>) -> Option<Delivery> {
-    build_delivery(spec).map(|mut delivery| {
+/// What a standalone delivery carries besides its ids.
+struct StandaloneContent<'a> {
+    text: &'a str,
+    reply_to: Option<&'a str>,
+    metadata: Map<String, Value>,
+    options: Map<String, Value>,
+    /// Media on the final part (canon-wire.md §7.4).
+    media: Option<&'a MediaPayload>,
+}
+
+/// A delivery under a fresh standalone id group (turns.md §4.6) minted from
+/// `random`, through [`Route::SendTo`]. The group's token only derives the
+/// ids: it never reaches the wire, so the parts carry no `turnId` and the
+/// delivery names no turn.
+fn standalone_delivery(
+    op: OpId,
+    conversation_id: &str,
+    random: u128,
+    content: StandaloneContent<'_>,
+) -> Option<Delivery> {
+    let group = StandaloneGroup::new(conversation_id, random);
+    build_delivery(&DeliverySpec {
+        op,
+        route: Route::SendTo,
+        conversation_id,
+        turn_id: Some(group.token()),
+        base_id: Some(group.base_id()),
+        text: content.text,
+        reply_to: content.reply_to,
+        metadata: content.metadata,
+        options: content.options,
+        reply_authority: None,
+        trail: Vec::new(),
+        media: content.media,
+    })
+    .map(|mut delivery| {
         delivery.turn_id = None;
         delivery
     })
