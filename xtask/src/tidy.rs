@@ -11,7 +11,8 @@ mod tests {
     use serde_json::Value;
 
     /// Crates that must stay free of I/O runtimes, with their allowed workspace dependencies.
-    const PURE: [(&str, &[&str]); 3] = [
+    const PURE: [(&str, &[&str]); 4] = [
+        ("canon-wire", &[]),
         ("canon-cards", &[]),
         ("canon-chunking", &[]),
         ("canon-dispatch", &["canon-chunking"]),
@@ -20,7 +21,7 @@ mod tests {
     /// Allowed workspace dependencies of the other crates (ARCHITECTURE.md).
     const OTHERS: [(&str, &[&str]); 6] = [
         ("canon-approvals", &[]),
-        ("canon-transport", &[]),
+        ("canon-transport", &["canon-wire"]),
         (
             "canon-adapter",
             &[
@@ -28,6 +29,7 @@ mod tests {
                 "canon-chunking",
                 "canon-dispatch",
                 "canon-approvals",
+                "canon-wire",
                 "canon-transport",
             ],
         ),

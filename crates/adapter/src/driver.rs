@@ -130,14 +130,12 @@ use canon_transport::client::{PollErrors, PollOutcome};
 use canon_transport::media::{safe_url, MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
-use canon_transport::types::{
+use canon_transport::{CanonClient, ClientConfig, DurableRequest, EventStream, TransportError};
+use canon_wire::types::{
     ConsumeInteraction, InteractionCreated, InteractionKind, InteractionRequest, InteractionResult,
-    RuntimeSignal, SendMessage, SignalKind, StreamingUpdate, TurnCapabilities, TurnUpdate,
-    Typing as WireTyping, TypingStatus as WireTypingStatus,
+    RuntimeSignal, SendMessage, SignalKind,
 };
-use canon_transport::{
-    CanonClient, ClientConfig, DurableRequest, EventKind, EventStream, TransportError,
-};
+use canon_wire::EventKind;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
@@ -153,17 +151,16 @@ use crate::protocol::{
     ProbeResult, ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
     EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
-use crate::secret::{Opaque, Secret};
 use crate::turn::{
     ActivityEvent, Delivery, DeliveryFailure, Effect, FailureClass, HostEdit, HostMedia, HostReply,
     HostSend, Input, MediaPayload, NoReplyRequest, OpId, ProcessingStart, ReplyAuthority,
-    RequestId, ResyncTurn, Route, SendOutcome, StandaloneSend, StreamingWrite, TurnConfig,
-    TurnMachine, TurnState, TypingStatus,
+    RequestId, ResyncTurn, Route, SendOutcome, StandaloneSend, TurnConfig, TurnMachine, TurnState,
 };
+use canon_wire::secret::Opaque;
 
 /// The redacting API-key type of [`DriverConfig::api_key`], re-exported so
 /// the binary need not depend on `canon-transport` (ARCHITECTURE.md).
-pub use canon_transport::ApiKey;
+pub use canon_wire::ApiKey;
 
 /// The `CANON_HOME` rule (cli.md §6, approvals.md §3.1), re-exported so the
 /// binary resolves [`DriverConfig::canon_home`] exactly as the approvals
@@ -659,23 +656,9 @@ async fn run_jobs(mut rx: mpsc::Receiver<Job>) {
             }
         };
         let (what, result) = match &effect {
-            Effect::PublishTurn(p) => ("runtime turn", client.publish_turn(&turn_update(p)).await),
-            Effect::Streaming(write) => ("streaming", client.streaming(&streaming(write)).await),
-            Effect::Typing {
-                conversation_id,
-                typing,
-                status,
-            } => {
-                let body = WireTyping {
-                    conversation_id: conversation_id.clone(),
-                    typing: *typing,
-                    status: status.map(|s| match s {
-                        TypingStatus::Typing => WireTypingStatus::Typing,
-                        TypingStatus::Thinking => WireTypingStatus::Thinking,
-                    }),
-                };
-                ("typing", client.set_typing(&body).await)
-            }
+            Effect::PublishTurn(update) => ("runtime turn", client.publish_turn(update).await),
+            Effect::Streaming(update) => ("streaming", client.streaming(update).await),
+            Effect::Typing(typing) => ("typing", client.set_typing(typing).await),
             Effect::MarkRead { conversation_id } => {
                 ("read", client.mark_read(conversation_id).await)
             }
@@ -776,62 +759,6 @@ async fn retry_disposition(client: &CanonClient, conversation_id: &str, message_
     }
 }
 
-fn turn_update(p: &crate::turn::TurnPublish) -> TurnUpdate {
-    use canon_transport::types::TurnState as W;
-    let state = match p.state {
-        TurnState::Thinking => W::Thinking,
-        TurnState::Streaming => W::Streaming,
-        TurnState::Tool => W::Tool,
-        TurnState::WaitingInput => W::WaitingInput,
-        TurnState::Completed => W::Completed,
-        TurnState::Interrupted => W::Interrupted,
-    };
-    TurnUpdate {
-        conversation_id: p.conversation_id.clone(),
-        state,
-        queue_depth: p.queue_depth,
-        turn_id: Some(p.turn_id.clone()),
-        active_message_ids: p.active_message_ids.clone(),
-        capabilities: TurnCapabilities {
-            supports_interrupt: p.capabilities.supports_interrupt,
-            supports_queue: p.capabilities.supports_queue,
-            supports_interleave: p.capabilities.supports_interleave,
-            supports_input_interrupt: p.capabilities.supports_input_interrupt,
-            supports_non_final_permanent_messages: p
-                .capabilities
-                .supports_non_final_permanent_messages,
-        },
-        opened_at: Some(p.opened_at),
-        turn_updated_at: p.turn_updated_at,
-    }
-}
-
-fn streaming(write: &StreamingWrite) -> StreamingUpdate {
-    match write {
-        StreamingWrite::Set {
-            conversation_id,
-            turn_id,
-            text,
-            blocks,
-        } => StreamingUpdate::Set {
-            conversation_id: conversation_id.clone(),
-            text: text.clone(),
-            turn_id: Some(turn_id.clone()),
-            blocks: blocks.clone(),
-        },
-        StreamingWrite::Blank {
-            conversation_id,
-            turn_id,
-        } => StreamingUpdate::Blank {
-            conversation_id: conversation_id.clone(),
-            turn_id: Some(turn_id.clone()),
-        },
-        StreamingWrite::Clear { conversation_id } => StreamingUpdate::Clear {
-            conversation_id: conversation_id.clone(),
-        },
-    }
-}
-
 type DeliveryResult = Result<Option<String>, DeliveryFailure>;
 
 /// Sends every part of a delivery in order; Canon's id of the last part.
@@ -845,14 +772,7 @@ async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
                 message_id: part.message_id.clone(),
                 reply_to: part.reply_to.clone(),
                 metadata: (!part.metadata.is_empty()).then(|| part.metadata.clone()),
-                reply_authority: part.reply_authority.as_ref().map(|a| {
-                    canon_transport::ReplyAuthority {
-                        schema: a.schema.clone(),
-                        source_message_id: a.source_message_id.clone(),
-                        token: a.token.expose().to_owned(),
-                        expires_at: a.expires_at.clone(),
-                    }
-                }),
+                reply_authority: part.reply_authority.clone(),
                 options: part.options.clone(),
                 content_type: part.content_type.clone(),
                 attachments: (!part.attachments.is_empty()).then(|| part.attachments.clone()),
@@ -913,7 +833,7 @@ async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
 
 /// Classifies a transport failure for the ledger (turns.md §4.4).
 fn failure(error: &TransportError) -> DeliveryFailure {
-    use canon_transport::FailureKind as K;
+    use canon_wire::FailureKind as K;
     let class = match error.kind() {
         K::Http { status: 429 | 503 } | K::Connect | K::ConnectTimeout => FailureClass::PreHandler,
         K::Http { status }
@@ -1157,7 +1077,7 @@ impl Drop for AbortOnDrop {
 struct Refetched {
     /// [`Driver::refetch_id`] when the task started.
     id: u64,
-    result: Result<Vec<canon_transport::types::Conversation>, TransportError>,
+    result: Result<Vec<canon_wire::types::Conversation>, TransportError>,
 }
 
 /// The status loop (canon-wire.md §8.1 step 7): T10 every `every`, the
@@ -2362,7 +2282,7 @@ impl Driver {
         }
     }
 
-    async fn on_message_created(&mut self, created: canon_transport::events::MessageCreated) {
+    async fn on_message_created(&mut self, created: canon_wire::events::MessageCreated) {
         let disposition_queued = created
             .message
             .get("metadata")
@@ -2396,12 +2316,7 @@ impl Driver {
         self.next_event += 1;
         let event_ref = format!("e:{}", self.next_event);
         let conversation_type = conversation_type_of(Some(wake.source.chat_type));
-        let reply_authority = created.reply_authority.map(|a| ReplyAuthority {
-            schema: a.schema,
-            source_message_id: a.source_message_id,
-            token: Secret::new(a.token),
-            expires_at: a.expires_at,
-        });
+        let reply_authority = created.reply_authority;
         self.remember_event(
             event_ref.clone(),
             PendingEvent {
@@ -2693,7 +2608,7 @@ impl Driver {
 
     /// Replaces the conversation cache with a fresh `GET /conversations`
     /// list and republishes the signal pass's key set (canon-wire.md §4.2).
-    fn replace_conversations(&mut self, conversations: Vec<canon_transport::types::Conversation>) {
+    fn replace_conversations(&mut self, conversations: Vec<canon_wire::types::Conversation>) {
         self.conversations.clear();
         self.conversation_order.clear();
         for conversation in conversations {

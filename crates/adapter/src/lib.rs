@@ -38,5 +38,4 @@
 pub mod driver;
 pub mod media;
 pub mod protocol;
-pub mod secret;
 pub mod turn;

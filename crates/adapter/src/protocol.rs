@@ -94,7 +94,7 @@
 //! ignored; a missing required field or a wrongly typed one is answered
 //! `bad_request`. The codes are [`ErrorCode`]. Secrets (API keys, tokens,
 //! approval reasons) and opaque host JSON print redacted from `Debug`
-//! ([`crate::secret`]), and decoding errors never quote field values.
+//! (`canon_wire::secret`), and decoding errors never quote field values.
 
 use std::collections::BTreeMap;
 
@@ -102,7 +102,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::secret::{Opaque, Secret};
+use canon_wire::secret::{Opaque, Secret};
 
 /// The protocol version this crate speaks (hermes-host.md §19.4).
 pub const PROTOCOL_VERSION: u32 = 1;

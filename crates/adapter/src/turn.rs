@@ -641,9 +641,9 @@ impl TurnMachine {
         let active = start.message_id.into_iter().collect();
         turn.publish(TurnState::Thinking, Some(active), self.config, now, out);
         if verbosity == Verbosity::Quiet {
-            out.push(Effect::Streaming(StreamingWrite::Blank {
+            out.push(Effect::Streaming(StreamingUpdate::Blank {
                 conversation_id: turn.conversation_id.clone(),
-                turn_id: id.clone(),
+                turn_id: Some(id.clone()),
             }));
         }
         self.sessions.insert(start.session_key, turn);
@@ -679,7 +679,7 @@ impl TurnMachine {
         turn.queue_depth = queue_depth;
         turn.tool_write_pending = false;
         let conversation = turn.conversation_id.clone();
-        let clear = Effect::Streaming(StreamingWrite::Clear {
+        let clear = Effect::Streaming(StreamingUpdate::Clear {
             conversation_id: conversation.clone(),
         });
         let mut closing = Closing {
@@ -698,9 +698,9 @@ impl TurnMachine {
             }
             Outcome::Success if turn.silenced => {
                 // §8.3: blank, discard, clear.
-                out.push(Effect::Streaming(StreamingWrite::Blank {
+                out.push(Effect::Streaming(StreamingUpdate::Blank {
                     conversation_id: conversation.clone(),
-                    turn_id: turn.id.clone(),
+                    turn_id: Some(turn.id.clone()),
                 }));
                 turn.candidate = None;
                 out.push(clear);
@@ -1043,9 +1043,9 @@ impl TurnMachine {
         turn.final_committed = false;
         turn.clear_at = None;
         if turn.verbosity == Verbosity::Verbose {
-            out.push(Effect::Streaming(StreamingWrite::Set {
+            out.push(Effect::Streaming(StreamingUpdate::Set {
                 conversation_id: turn.conversation_id.clone(),
-                turn_id: turn.id.clone(),
+                turn_id: Some(turn.id.clone()),
                 text: Some(content.to_owned()),
                 blocks: None,
             }));
@@ -1211,11 +1211,11 @@ impl TurnMachine {
     ) {
         if !on {
             self.typing.remove(&conversation_id);
-            out.push(Effect::Typing {
+            out.push(Effect::Typing(Typing {
                 conversation_id,
                 typing: false,
                 status: None,
-            });
+            }));
             return;
         }
         if let Some(last) = self.typing.get(&conversation_id) {
@@ -1231,11 +1231,11 @@ impl TurnMachine {
             Some("typing") => TypingStatus::Typing,
             _ => TypingStatus::Thinking,
         };
-        out.push(Effect::Typing {
+        out.push(Effect::Typing(Typing {
             conversation_id,
             typing: true,
             status: Some(status),
-        });
+        }));
     }
 
     // ----- Durable results -----
@@ -1268,7 +1268,7 @@ impl TurnMachine {
                 }
                 Err(failure) => {
                     tracing::warn!(turn_id = %turn.id, error = %failure.error, "final delivery failed");
-                    out.push(Effect::Streaming(StreamingWrite::Clear {
+                    out.push(Effect::Streaming(StreamingUpdate::Clear {
                         conversation_id: conversation,
                     }));
                     finish_close(turn, self.config, now, out);
@@ -1468,7 +1468,7 @@ impl TurnMachine {
             }
             if turn.clear_at.is_some_and(|at| at <= now) {
                 turn.clear_at = None;
-                out.push(Effect::Streaming(StreamingWrite::Clear {
+                out.push(Effect::Streaming(StreamingUpdate::Clear {
                     conversation_id: turn.conversation_id.clone(),
                 }));
             }
@@ -1483,7 +1483,7 @@ impl TurnMachine {
             });
         self.closing = waiting;
         for turn in due {
-            out.push(Effect::Streaming(StreamingWrite::Clear {
+            out.push(Effect::Streaming(StreamingUpdate::Clear {
                 conversation_id: turn.conversation_id.clone(),
             }));
             finish_close(turn, config, now, out);
@@ -1651,21 +1651,15 @@ impl Turn {
         active: Option<Vec<String>>,
         config: TurnConfig,
         now: u64,
-    ) -> TurnPublish {
-        TurnPublish {
+    ) -> TurnUpdate {
+        TurnUpdate {
             conversation_id: self.conversation_id.clone(),
             state,
-            turn_id: self.id.clone(),
+            turn_id: Some(self.id.clone()),
             queue_depth: self.queue_depth,
             active_message_ids: active,
-            capabilities: Capabilities {
-                supports_interrupt: true,
-                supports_queue: true,
-                supports_interleave: config.supports_interleave,
-                supports_input_interrupt: state != TurnState::WaitingInput,
-                supports_non_final_permanent_messages: false,
-            },
-            opened_at: self.opened_at,
+            capabilities: TurnCapabilities::for_state(state, config.supports_interleave),
+            opened_at: Some(self.opened_at),
             turn_updated_at: now,
         }
     }
@@ -1706,9 +1700,9 @@ impl Turn {
                 .as_ref()
                 .map(Candidate::durable_text)
                 .unwrap_or_default();
-            out.push(Effect::Streaming(StreamingWrite::Set {
+            out.push(Effect::Streaming(StreamingUpdate::Set {
                 conversation_id: self.conversation_id.clone(),
-                turn_id: self.id.clone(),
+                turn_id: Some(self.id.clone()),
                 text: Some(text),
                 blocks: self.live_blocks(),
             }));
@@ -1727,9 +1721,9 @@ impl Turn {
                 .as_ref()
                 .map(Candidate::durable_text)
                 .unwrap_or_default();
-            out.push(Effect::Streaming(StreamingWrite::Set {
+            out.push(Effect::Streaming(StreamingUpdate::Set {
                 conversation_id: self.conversation_id.clone(),
-                turn_id: self.id.clone(),
+                turn_id: Some(self.id.clone()),
                 text: Some(text),
                 blocks: self.live_blocks(),
             }));
@@ -1762,9 +1756,9 @@ impl Turn {
                 .as_ref()
                 .map(Candidate::durable_text)
                 .unwrap_or_default();
-            out.push(Effect::Streaming(StreamingWrite::Set {
+            out.push(Effect::Streaming(StreamingUpdate::Set {
                 conversation_id: self.conversation_id.clone(),
-                turn_id: self.id.clone(),
+                turn_id: Some(self.id.clone()),
                 text: Some(text),
                 blocks: self.live_blocks(),
             }));

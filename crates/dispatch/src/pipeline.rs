@@ -28,14 +28,13 @@
 //! [`SEEN_MESSAGE_IDS`], [`MAX_CONVERSATION_TYPES`] and the buffer bounds.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fmt;
 
 use serde_json::Value;
 
 use crate::buffer::ContextBuffer;
 use crate::gate::{decide_wake, WakeDecision};
 use crate::intent::delivery_intent;
-use crate::json::{char_len, str_field};
+use crate::json::str_field;
 use crate::prompt::{channel_prompt, chat_name, hermes_chat_type, inbound_text};
 use crate::protocol::{DeliveryIntent, HIDDEN_RUNTIME_CARD_TYPES};
 use crate::verbosity::{cached_conversation_type, declared_conversation_type, ConversationType};
@@ -48,13 +47,6 @@ pub const SEEN_MESSAGE_IDS: usize = 1_024;
 /// map unbounded; we cap it (our number) and evict in insertion order. An
 /// evicted conversation falls back to its cached conversation object.
 pub const MAX_CONVERSATION_TYPES: usize = 4_096;
-
-/// The reply-authority schema accepted (`canon-wire.md` §5.5).
-pub const REPLY_AUTHORITY_SCHEMA: &str = "canon.agent-reply-authority.v1";
-
-/// Minimum reply-authority token length in code points (`canon-wire.md`
-/// §5.5).
-pub const REPLY_AUTHORITY_MIN_TOKEN_CHARS: usize = 32;
 
 /// Why a payload was ignored without a turn and without being held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,65 +122,6 @@ pub struct EventSource {
     pub message_id: Option<String>,
 }
 
-/// A validated reply authority (`canon-wire.md` §5.5). Adapter-private: its
-/// `Debug` output redacts the token, and it is never prompt material.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ReplyAuthority {
-    /// Always [`REPLY_AUTHORITY_SCHEMA`].
-    pub schema: String,
-    /// The message this authority answers.
-    pub source_message_id: String,
-    /// The opaque token (at least 32 code points).
-    pub token: String,
-    /// Expiry, as the server sent it.
-    pub expires_at: String,
-}
-
-impl fmt::Debug for ReplyAuthority {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReplyAuthority")
-            .field("schema", &self.schema)
-            .field("source_message_id", &self.source_message_id)
-            .field("token", &"<redacted>")
-            .field("expires_at", &self.expires_at)
-            .finish()
-    }
-}
-
-impl ReplyAuthority {
-    /// The wire object `{schema, sourceMessageId, token, expiresAt}` (the
-    /// optional `admissionId` is dropped).
-    pub fn to_json(&self) -> Value {
-        serde_json::json!({
-            "schema": self.schema,
-            "sourceMessageId": self.source_message_id,
-            "token": self.token,
-            "expiresAt": self.expires_at,
-        })
-    }
-}
-
-/// Validates `payload.replyAuthority` against the message id (`canon-wire.md`
-/// §5.5). `None` when it is absent or fails any check.
-pub fn parse_reply_authority(
-    value: Option<&Value>,
-    message_id: Option<&str>,
-) -> Option<ReplyAuthority> {
-    let value = value.filter(|v| v.is_object())?;
-    let message_id = message_id?;
-    let schema = str_field(value, "schema").filter(|s| *s == REPLY_AUTHORITY_SCHEMA)?;
-    let source = str_field(value, "sourceMessageId").filter(|s| *s == message_id)?;
-    let token =
-        str_field(value, "token").filter(|t| char_len(t) >= REPLY_AUTHORITY_MIN_TOKEN_CHARS)?;
-    let expires_at = str_field(value, "expiresAt").filter(|e| !e.is_empty())?;
-    Some(ReplyAuthority {
-        schema: schema.to_owned(),
-        source_message_id: source.to_owned(),
-        token: token.to_owned(),
-        expires_at: expires_at.to_owned(),
-    })
-}
-
 /// Everything the adapter needs to hand a waking message to Hermes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WakeEvent {
@@ -206,11 +139,12 @@ pub struct WakeEvent {
     pub delivery_intent: DeliveryIntent,
     /// The drained held buffer (§9.3), if the conversation held anything.
     pub channel_context: Option<String>,
-    /// The validated reply authority, kept private to the adapter.
-    pub reply_authority: Option<ReplyAuthority>,
     /// The gate's decision.
     pub decision: WakeDecision,
-    /// A copy of the payload without `replyAuthority`, for Hermes.
+    /// A copy of the payload without `replyAuthority`, for Hermes. The reply
+    /// authority is validated once, by `canon_wire::events::MessageCreated`;
+    /// stripping it here as well keeps the token out of the host payload
+    /// whatever the caller passed in.
     pub host_payload: Value,
 }
 
@@ -322,7 +256,6 @@ impl Dispatcher {
             channel_prompt: channel_prompt(payload, conversation, ctx.agent_id, ctx.agent_name),
             delivery_intent: delivery_intent(message),
             channel_context: self.buffer.drain(conversation_id),
-            reply_authority: parse_reply_authority(payload.get("replyAuthority"), message_id),
             decision,
             host_payload,
         };

@@ -10,11 +10,11 @@ use criterion::{BatchSize, Criterion, Throughput};
 
 use canon_sim::{Sim, SimConfig, SimHandle};
 use canon_transport::client::{CanonClient, ClientConfig, DurableRequest};
-use canon_transport::events::{Event, EventKind};
-use canon_transport::sse::SseParser;
 use canon_transport::stream::{ConnectionState, EventStream, StreamConfig, StreamItem};
-use canon_transport::types::SendMessage;
-use canon_transport::ApiKey;
+use canon_wire::events::{Event, EventKind};
+use canon_wire::sse::SseParser;
+use canon_wire::types::SendMessage;
+use canon_wire::ApiKey;
 
 /// About 1 MiB of `message.created` frames with ids, comments and CRLF.
 fn corpus() -> Vec<u8> {

@@ -20,17 +20,19 @@ use hyper::{Method, Request};
 use rustls::pki_types::CertificateDer;
 use serde_json::{Map, Value};
 
-use crate::error::TransportError;
-use crate::http::{BodyCap, HttpEngine, RawResponse, Timeouts};
-use crate::net::{Resolver, SystemResolver};
-use crate::retry::{
+use canon_wire::retry::{
     durable_retry_delay_with, Classifier, RetryClass, DURABLE_SEND_ATTEMPTS, DURABLE_SEND_BACKOFF,
 };
-use crate::types::{
-    attachment_kind, AgentMe, ApiKey, ConsumeInteraction, Conversation, InteractionCreated,
+use canon_wire::secret::ApiKey;
+use canon_wire::types::{
+    attachment_kind, AgentMe, ConsumeInteraction, Conversation, InteractionCreated,
     InteractionRequest, InteractionResult, Registration, RegistrationStatus, RegistrationTicket,
     RuntimeSignal, SendMessage, SentMessage, StreamingUpdate, TurnUpdate, Typing, UploadMedia,
 };
+
+use crate::error::TransportError;
+use crate::http::{BodyCap, HttpEngine, RawResponse, Timeouts};
+use crate::net::{Resolver, SystemResolver};
 
 /// Cap on a REST response body; a larger one is a protocol error.
 pub const MAX_REST_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -777,7 +779,7 @@ impl CanonClient {
         self.api(
             Method::POST,
             "/runtime/status",
-            Some(crate::types::runtime_status_body()),
+            Some(canon_wire::types::runtime_status_body()),
             Classifier::Report,
         )
         .await
@@ -1151,7 +1153,7 @@ mod tests {
 
     #[test]
     fn configured_schedule_yields_to_longer_retry_after() {
-        use crate::retry::FailureKind;
+        use canon_wire::retry::FailureKind;
         let fast = [Duration::from_millis(1), Duration::from_millis(2)];
         let delay = |attempt, status, after| {
             durable_retry_delay_with(fast, attempt, FailureKind::Http { status }, after)

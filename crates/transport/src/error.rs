@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::retry::{Classifier, FailureKind, RetryClass};
+use canon_wire::retry::{Classifier, FailureKind, RetryClass};
 
 /// A boxed cause.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -290,7 +290,7 @@ impl TransportError {
 
     /// The "may have landed" rule of §2.5 for a send of `parts` parts.
     pub fn may_have_landed(&self, parts: usize) -> bool {
-        crate::retry::may_have_landed(self.kind(), parts)
+        canon_wire::retry::may_have_landed(self.kind(), parts)
     }
 
     pub(crate) fn protocol(detail: impl Into<String>) -> TransportError {

@@ -23,7 +23,7 @@ use rustls::pki_types::CertificateDer;
 
 use crate::error::{BoxError, TransportError};
 use crate::net::{AddressPolicy, BlockedAddress, ConnectTimedOut, Connector, Resolver};
-use crate::retry::RetryClass;
+use canon_wire::retry::RetryClass;
 
 /// Timeouts of one client (canon-wire.md §2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,18 +6,21 @@
 //!   ([`client::DurableRequest`] keeps the exact bytes until Canon settles)
 //!   and the interaction poll engine of §9.1.
 //! * [`stream::EventStream`]: the SSE connection of §5 as an async stream of
-//!   typed [`events::Event`]s and [`stream::ConnectionState`] changes, with
-//!   cursor, `Last-Event-ID`, `replay.expired` and the §5.7 hardening.
-//! * [`sse::SseParser`]: the pure, incremental frame parser of §5.2.
-//! * [`retry`]: the four classifiers of §2.5 as pure functions;
-//!   [`error::TransportError`] is the §2.6 error model.
+//!   typed `canon_wire::events::Event`s and [`stream::ConnectionState`]
+//!   changes, with cursor, `Last-Event-ID`, `replay.expired` and the §5.7
+//!   hardening.
+//! * [`error::TransportError`] is the §2.6 error model, classified by
+//!   `canon_wire::retry`.
 //! * [`media::MediaDownloader`]: the SSRF-guarded media download of §7.2;
 //!   [`net`] holds the address rules and the guarded connector.
-//! * [`types`]: request/response shapes of §4 and the redacted credential types.
+//!
+//! Every request, response and event shape, the SSE frame parser and the
+//! retry classifiers live in `canon-wire`, which this crate performs I/O
+//! over; this crate holds only the I/O.
 //!
 //! Invariants: never panics on anything the network sends; secrets (API keys,
 //! reply-authority tokens, poll tokens) never appear in `Debug` output or
-//! logs; no workspace crate is a dependency (style.md §6.2); no Firebase/RTDB
+//! logs; its only workspace dependency is `canon-wire` (style.md §6.2); no Firebase/RTDB
 //! connection is ever opened (§1.1). The crate never reads the environment:
 //! switches such as `HERMES_ALLOW_PRIVATE_URLS` are read by the binary and
 //! passed in. TLS is rustls with the platform's native roots; the `testing`
@@ -26,21 +29,14 @@
 
 pub mod client;
 pub mod error;
-pub mod events;
 pub mod http;
 pub mod media;
 pub mod net;
-pub mod retry;
-pub mod sse;
 pub mod stream;
-pub mod types;
 
 pub use client::{CanonClient, ClientConfig, DurableRequest};
 pub use error::{HttpFailure, TransportError};
-pub use events::{Event, EventKind};
-pub use retry::{Classifier, FailureKind, RetryClass};
 pub use stream::{ConnectionState, EventStream, StreamConfig, StreamItem};
-pub use types::{ApiKey, ReplyAuthority};
 
 #[cfg(test)]
 mod tests {

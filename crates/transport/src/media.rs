@@ -24,7 +24,7 @@ use crate::http::{blocked_in_chain, read_body, BodyCap, HttpEngine, Timeouts};
 use crate::net::{
     check_ip, host_always_blocked, uri_host, AddressPolicy, Resolver, SystemResolver,
 };
-use crate::retry::RetryClass;
+use canon_wire::retry::RetryClass;
 
 /// Redirects followed at most (canon-wire.md §7.2 \[target\]).
 pub const MAX_REDIRECTS: usize = 5;
@@ -232,7 +232,7 @@ impl MediaDownloader {
                 .unwrap_or_default();
                 return Err(TransportError::Http {
                     failure: HttpFailure::from_response(status, None, &body),
-                    retry: RetryClass::from_bool(crate::retry::retryable_status(status)),
+                    retry: RetryClass::from_bool(canon_wire::retry::retryable_status(status)),
                 });
             }
             let too_large = TransportError::TooLarge {

@@ -40,10 +40,10 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::client::CanonClient;
 use crate::error::{HttpFailure, TransportError};
-use crate::events::{Event, EventKind};
 use crate::http::{read_body, BodyCap};
-use crate::retry::RetryClass;
-use crate::sse::{SseParser, MAX_FRAME_BYTES};
+use canon_wire::events::{Event, EventKind};
+use canon_wire::retry::RetryClass;
+use canon_wire::sse::{SseParser, MAX_FRAME_BYTES};
 
 /// The `events` query of canon-wire.md §5.1 (exact).
 pub const STREAM_EVENTS: &str = "messages,contacts,typing_presence,runtime_turn,voice";

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use canon_transport::media::{MediaDownloader, MediaOptions, MEDIA_USER_AGENT};
 use canon_transport::net::AddressPolicy;
-use canon_transport::{FailureKind, TransportError};
+use canon_transport::TransportError;
+use canon_wire::FailureKind;
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{MapResolver, RawServer, SharedResolver};

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use canon_transport::client::{CanonClient, ClientConfig, DurableRequest};
 use canon_transport::http::Timeouts;
-use canon_transport::types::*;
-use canon_transport::{ApiKey, FailureKind, TransportError};
+use canon_transport::TransportError;
+use canon_wire::types::*;
+use canon_wire::{ApiKey, FailureKind};
 use serde_json::{json, Map, Value};
 
 use crate::support::{Recorded, Reply, RestServer};

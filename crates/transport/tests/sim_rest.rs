@@ -11,8 +11,9 @@ use canon_sim::SimHandle;
 use canon_transport::client::{CanonClient, DiscoverAgents, DurableRequest};
 use canon_transport::media::{MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
-use canon_transport::types::*;
-use canon_transport::{FailureKind, TransportError};
+use canon_transport::TransportError;
+use canon_wire::types::*;
+use canon_wire::FailureKind;
 use serde_json::{json, Map, Value};
 
 use crate::sim_support::{

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use canon_sim::faults::{FaultRule, LineEnding, SseFault};
 use canon_sim::state::StreamCmd;
 use canon_sim::SimHandle;
-use canon_transport::events::EventKind;
 use canon_transport::stream::{ConnectionState, EventStream, StreamConfig, StreamItem};
-use canon_transport::{FailureKind, TransportError};
+use canon_transport::TransportError;
+use canon_wire::events::EventKind;
+use canon_wire::FailureKind;
 use serde_json::json;
 
 use crate::sim_support::{
@@ -474,7 +475,7 @@ async fn an_unknown_key_ends_with_auth_failed_after_three_refusals() {
     let config = canon_transport::ClientConfig::new(
         sim.base_url(),
         sim.stream_url(),
-        canon_transport::ApiKey::new("sk-revoked-key"),
+        canon_wire::ApiKey::new("sk-revoked-key"),
     );
     let client = canon_transport::CanonClient::new(config).unwrap();
     let mut stream = EventStream::open(&client, fast_stream());

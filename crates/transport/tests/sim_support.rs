@@ -13,7 +13,7 @@ use canon_sim::{Sim, SimConfig, SimHandle};
 use canon_transport::client::{CanonClient, ClientConfig};
 use canon_transport::http::Timeouts;
 use canon_transport::stream::{EventStream, StreamConfig, StreamItem};
-use canon_transport::ApiKey;
+use canon_wire::ApiKey;
 use serde_json::Value;
 
 /// Upper bound for anything a test waits on (never a blind sleep).

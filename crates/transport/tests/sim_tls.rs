@@ -4,8 +4,8 @@
 
 use canon_sim::{Sim, SimConfig, TlsIdentity};
 use canon_transport::client::{CanonClient, ClientConfig, DurableRequest};
-use canon_transport::types::SendMessage;
-use canon_transport::ApiKey;
+use canon_wire::types::SendMessage;
+use canon_wire::ApiKey;
 
 const CA: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -19,9 +19,9 @@ use canon_sim::control::Injection;
 use canon_sim::faults::{FaultAction, FaultRule, SseFault};
 use canon_sim::state::StreamCmd;
 use canon_transport::client::DurableRequest;
-use canon_transport::events::EventKind;
 use canon_transport::stream::{ConnectionState, EventStream, StreamItem};
-use canon_transport::types::SendMessage;
+use canon_wire::events::EventKind;
+use canon_wire::types::SendMessage;
 use serde_json::json;
 
 use crate::sim_support::{client, fast_stream, rule, sim_with, WAIT};

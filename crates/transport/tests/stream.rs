@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use canon_transport::client::{CanonClient, ClientConfig};
-use canon_transport::events::EventKind;
 use canon_transport::stream::{ConnectionState, EventStream, StreamConfig, StreamItem};
-use canon_transport::{ApiKey, FailureKind, TransportError};
+use canon_transport::TransportError;
+use canon_wire::events::EventKind;
+use canon_wire::{ApiKey, FailureKind};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{write_parts, RawServer, SSE_HEAD};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use canon_transport::client::{CanonClient, ClientConfig};
-use canon_transport::{ApiKey, FailureKind};
+use canon_wire::{ApiKey, FailureKind};
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;

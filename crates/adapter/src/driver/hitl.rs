@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use canon_transport::types::{ApprovalDetail, ApprovalRequest, Choice, InputRequest};
+use canon_wire::types::{ApprovalDetail, ApprovalRequest, Choice, InputRequest};
 use serde_json::{Map, Value};
 
 use crate::protocol::ApprovalChoice;

@@ -9,8 +9,8 @@
 //! [`UPLOAD_LIMIT_ERROR`]. File contents never reach a log line.
 
 use canon_transport::media::MediaDownloader;
-use canon_transport::types::{attachment_kind, UploadMedia};
 use canon_transport::{CanonClient, TransportError};
+use canon_wire::types::{attachment_kind, UploadMedia};
 use serde_json::{Map, Value};
 
 use crate::media::{extension, mime_for_extension, normalize_mime, url_path};

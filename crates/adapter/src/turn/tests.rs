@@ -14,7 +14,6 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::secret::Secret;
 
 const C1: &str = "conv-1";
 const S1: &str = "agent:main:canon:dm:conv-1";
@@ -69,10 +68,20 @@ fn block_list(blocks: &[Value]) -> String {
 }
 
 /// One-line rendering of an effect.
+/// A turn id the machine always sets, or `<none>` so a missing one shows.
+fn id_or_none(id: Option<&str>) -> &str {
+    id.unwrap_or("<none>")
+}
+
 fn describe(effect: &Effect) -> String {
     let line = match effect {
         Effect::PublishTurn(p) => {
-            let mut s = format!("turn {} {} q={}", p.state, p.turn_id, p.queue_depth);
+            let mut s = format!(
+                "turn {} {} q={}",
+                p.state,
+                id_or_none(p.turn_id.as_deref()),
+                p.queue_depth
+            );
             if let Some(active) = &p.active_message_ids {
                 s.push_str(&format!(" active={}", active.join(",")));
             }
@@ -81,13 +90,13 @@ fn describe(effect: &Effect) -> String {
             }
             s
         }
-        Effect::Streaming(StreamingWrite::Set {
+        Effect::Streaming(StreamingUpdate::Set {
             turn_id,
             text,
             blocks,
             ..
         }) => {
-            let mut s = format!("stream set {turn_id}");
+            let mut s = format!("stream set {}", id_or_none(turn_id.as_deref()));
             if let Some(text) = text {
                 s.push_str(&format!(" text={}", quoted(text)));
             }
@@ -96,17 +105,17 @@ fn describe(effect: &Effect) -> String {
             }
             s
         }
-        Effect::Streaming(StreamingWrite::Blank { turn_id, .. }) => {
-            format!("stream blank {turn_id}")
+        Effect::Streaming(StreamingUpdate::Blank { turn_id, .. }) => {
+            format!("stream blank {}", id_or_none(turn_id.as_deref()))
         }
-        Effect::Streaming(StreamingWrite::Clear { conversation_id }) => {
+        Effect::Streaming(StreamingUpdate::Clear { conversation_id }) => {
             format!("stream clear {conversation_id}")
         }
-        Effect::Typing {
+        Effect::Typing(Typing {
             conversation_id,
             typing,
             status,
-        } => match status {
+        }) => match status {
             Some(status) if *typing => format!("typing {conversation_id} on {}", status.as_str()),
             _ => format!("typing {conversation_id} off"),
         },
@@ -419,7 +428,7 @@ fn final_part_carries_ids_metadata_and_authority() {
     opening.reply_authority = Some(ReplyAuthority {
         schema: "canon.agent-reply-authority.v1".to_owned(),
         source_message_id: "m1".to_owned(),
-        token: Secret::new("t".repeat(40)),
+        token: "t".repeat(40),
         expires_at: "2026-12-01T00:00:00Z".to_owned(),
     });
     machine.handle(Input::ProcessingStart(opening), 0);
@@ -449,10 +458,7 @@ fn final_part_carries_ids_metadata_and_authority() {
         Value::Object(part.options.clone()),
         json!({"mentions": ["u2"]})
     );
-    let authority = part
-        .reply_authority
-        .as_ref()
-        .map(|a| a.token.expose().len());
+    let authority = part.reply_authority.as_ref().map(|a| a.token.len());
     assert_eq!(authority, Some(40));
     assert!(!format!("{effects:?}").contains(&"t".repeat(40)));
 }
@@ -2017,14 +2023,16 @@ proptest! {
             for effect in effects {
                 match effect {
                     Effect::PublishTurn(p) => {
+                        prop_assert!(p.turn_id.is_some(), "a turn publish without a turn id");
+                        let turn_id = p.turn_id.clone().unwrap_or_default();
                         if p.active_message_ids.is_some() {
                             // A turn opens once, under the id it was answered with.
-                            prop_assert!(lifecycle.insert(p.turn_id.clone()), "turn {} opened twice", p.turn_id);
+                            prop_assert!(lifecycle.insert(turn_id.clone()), "turn {} opened twice", turn_id);
                         }
                         if p.state.is_closing() {
                             // A waiting follow-up is never closed unopened.
-                            prop_assert!(lifecycle.contains(&p.turn_id), "turn {} closed before it opened", p.turn_id);
-                            *closes.entry(p.turn_id).or_default() += 1;
+                            prop_assert!(lifecycle.contains(&turn_id), "turn {} closed before it opened", turn_id);
+                            *closes.entry(turn_id).or_default() += 1;
                         }
                     }
                     Effect::Deliver(d) => {

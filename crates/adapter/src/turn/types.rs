@@ -6,12 +6,13 @@
 //! marks, the `no_reply` record), host steering (typing pause/resume) and
 //! replies to host requests. The driver performs them in the order returned.
 
-use std::fmt;
-
 use canon_dispatch::verbosity::ConversationType;
 use serde_json::{Map, Value};
 
-use crate::secret::Secret;
+pub use canon_wire::authority::ReplyAuthority;
+pub use canon_wire::types::{
+    StreamingUpdate, TurnCapabilities, TurnState, TurnUpdate, Typing, TypingStatus,
+};
 
 /// Correlates a host request with the [`Effect::Reply`] that answers it.
 /// Assigned by the driver; opaque to the machine.
@@ -22,131 +23,6 @@ pub struct RequestId(pub u64);
 /// the driver echoes it in [`Input::DeliveryOutcome`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OpId(pub u64);
-
-/// A runtime turn state as published on `POST /runtime/turn` (turns.md §1,
-/// §7.2). `idle` is never sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TurnState {
-    /// Turn accepted, nothing streamed yet.
-    Thinking,
-    /// Text staged at least once.
-    Streaming,
-    /// A tool runs, or a HITL wait resolved.
-    Tool,
-    /// Blocked on a human; typing is paused.
-    WaitingInput,
-    /// Closing: the turn ended normally (or failed).
-    Completed,
-    /// Closing: the turn was cancelled.
-    Interrupted,
-}
-
-impl TurnState {
-    /// The wire value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TurnState::Thinking => "thinking",
-            TurnState::Streaming => "streaming",
-            TurnState::Tool => "tool",
-            TurnState::WaitingInput => "waiting_input",
-            TurnState::Completed => "completed",
-            TurnState::Interrupted => "interrupted",
-        }
-    }
-
-    /// Whether the state closes the turn.
-    pub fn is_closing(self) -> bool {
-        matches!(self, TurnState::Completed | TurnState::Interrupted)
-    }
-}
-
-impl fmt::Display for TurnState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// `capabilities` of a `/runtime/turn` body (turns.md §7.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Capabilities {
-    /// Always true.
-    pub supports_interrupt: bool,
-    /// Always true.
-    pub supports_queue: bool,
-    /// Whether busy routing (the shim's runner seam) is active.
-    pub supports_interleave: bool,
-    /// `state != waiting_input`.
-    pub supports_input_interrupt: bool,
-    /// Always false.
-    pub supports_non_final_permanent_messages: bool,
-}
-
-/// A `POST /runtime/turn` body (turns.md §7.2; canon-wire.md §4.7).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnPublish {
-    /// The conversation.
-    pub conversation_id: String,
-    /// The state.
-    pub state: TurnState,
-    /// The turn id (on a close, the id being closed).
-    pub turn_id: String,
-    /// Queued follow-ups of the session (head slot plus FIFO overflow).
-    pub queue_depth: u32,
-    /// `[triggering message id]`, only on the opening `thinking`.
-    pub active_message_ids: Option<Vec<String>>,
-    /// Capabilities.
-    pub capabilities: Capabilities,
-    /// When the turn opened (epoch ms).
-    pub opened_at: u64,
-    /// Now (epoch ms).
-    pub turn_updated_at: u64,
-}
-
-/// A `POST /streaming` body (turns.md §2; canon-wire.md §4.6).
-#[derive(Debug, Clone, PartialEq)]
-pub enum StreamingWrite {
-    /// Merge-update the live bubble: `status:"streaming"`, `messageId` and
-    /// `turnId` = the turn id, `text` and `blocks` when present.
-    Set {
-        /// The conversation.
-        conversation_id: String,
-        /// The turn id.
-        turn_id: String,
-        /// The whole staged text so far (not a delta); `None` keeps the
-        /// stored text.
-        text: Option<String>,
-        /// Live blocks (≤ 30); `None` keeps the stored blocks.
-        blocks: Option<Vec<Value>>,
-    },
-    /// Empty the node so nothing is salvaged: `status:"thinking"`,
-    /// `text:""`, `blocks:[]`.
-    Blank {
-        /// The conversation.
-        conversation_id: String,
-        /// The turn id.
-        turn_id: String,
-    },
-    /// Delete the node: `{conversationId, streaming:false}`.
-    Clear {
-        /// The conversation.
-        conversation_id: String,
-    },
-}
-
-/// The server-issued reply authority of the inbound message that opened a
-/// turn (canon-wire.md §5.5). Sent on every durable part of the turn; the
-/// token never appears in `Debug` output.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct ReplyAuthority {
-    /// `canon.agent-reply-authority.v1`.
-    pub schema: String,
-    /// The message it authorises replies to.
-    pub source_message_id: String,
-    /// The bearer token (secret).
-    pub token: Secret,
-    /// Expiry as sent by the server.
-    pub expires_at: String,
-}
 
 /// Which endpoint a [`Delivery`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -200,25 +76,6 @@ pub struct Delivery {
     pub turn_id: Option<String>,
     /// Leading parts, then the one `turn_complete` final part.
     pub parts: Vec<OutboundMessage>,
-}
-
-/// `/typing` status (turns.md §7.3 E15).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TypingStatus {
-    /// `typing`.
-    Typing,
-    /// `thinking`.
-    Thinking,
-}
-
-impl TypingStatus {
-    /// The wire value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TypingStatus::Typing => "typing",
-            TypingStatus::Thinking => "thinking",
-        }
-    }
 }
 
 /// What a host send/edit is answered with (the shim maps it onto Hermes'
@@ -323,19 +180,15 @@ pub enum HostReply {
 /// What the driver must do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    /// `POST /runtime/turn`; failures are logged and ignored.
-    PublishTurn(TurnPublish),
-    /// `POST /streaming`; best effort.
-    Streaming(StreamingWrite),
-    /// `POST /typing`; failures ignored.
-    Typing {
-        /// The conversation.
-        conversation_id: String,
-        /// On or off.
-        typing: bool,
-        /// Status, only when `typing` is true.
-        status: Option<TypingStatus>,
-    },
+    /// `POST /runtime/turn`; failures are logged and ignored. The machine
+    /// always sets `turn_id` (on a close, the id being closed) and
+    /// `opened_at`.
+    PublishTurn(TurnUpdate),
+    /// `POST /streaming`; best effort. The machine always sets `turn_id` on
+    /// `Set` and `Blank`.
+    Streaming(StreamingUpdate),
+    /// `POST /typing`; failures ignored. `status` only when `typing` is true.
+    Typing(Typing),
     /// Shim notification `typing.pause` (turn entered `waiting_input`).
     PauseTyping {
         /// The chat.

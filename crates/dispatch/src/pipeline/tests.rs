@@ -1,5 +1,6 @@
 //! Tests for the §9.1 pipeline: each step's stop condition in order, the
-//! buffer round trip, dedupe window, reply authority and the event fields.
+//! buffer round trip, dedupe window and the event fields (the reply
+//! authority's own checks live in canon-wire's `authority.rs`).
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -244,15 +245,6 @@ fn event_fields() {
         )));
     assert!(event.host_payload.get("replyAuthority").is_none());
     assert_eq!(event.host_payload["message"], p["message"]);
-    let authority = event.reply_authority.expect("valid authority");
-    assert_eq!(
-        authority.to_json(),
-        json!({"schema": "canon.agent-reply-authority.v1", "sourceMessageId": "m1", "token": "t".repeat(32), "expiresAt": "2026-01-01T00:00:00Z"})
-    );
-    assert!(
-        !format!("{authority:?}").contains(&token),
-        "Debug must redact the token"
-    );
     assert_eq!(d.conversation_type("c1", None), ConversationType::Group);
 }
 
@@ -308,26 +300,6 @@ fn declared_type_is_recorded_before_the_gate_and_unknown_never_overwrites() {
     p["provenance"] = json!({"conversation": {"type": "unknown"}});
     d.handle_message_created(&p, ctx());
     assert_eq!(d.conversation_type("c1", None), ConversationType::Direct);
-}
-
-#[test]
-fn reply_authority_checks() {
-    let good = json!({"schema": REPLY_AUTHORITY_SCHEMA, "sourceMessageId": "m1", "token": "k".repeat(32), "expiresAt": "x"});
-    assert!(parse_reply_authority(Some(&good), Some("m1")).is_some());
-    assert!(parse_reply_authority(Some(&good), Some("m2")).is_none());
-    assert!(parse_reply_authority(Some(&good), None).is_none());
-    let tweak = |key: &str, value: Value| {
-        let mut v = good.clone();
-        v[key] = value;
-        parse_reply_authority(Some(&v), Some("m1"))
-    };
-    assert!(tweak("schema", json!("canon.agent-reply-authority.v2")).is_none());
-    assert!(tweak("token", json!("k".repeat(31))).is_none());
-    assert!(tweak("token", json!("é".repeat(32))).is_some());
-    assert!(tweak("token", json!(12345)).is_none());
-    assert!(tweak("expiresAt", json!("")).is_none());
-    assert!(tweak("expiresAt", json!(1)).is_none());
-    assert!(parse_reply_authority(Some(&json!([good])), Some("m1")).is_none());
 }
 
 #[test]

@@ -10,8 +10,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::authority::ReplyAuthority;
 use crate::sse::Frame;
-use crate::types::ReplyAuthority;
 
 /// One event from the stream.
 #[derive(Debug, Clone, PartialEq)]
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn message_created_extracts_and_strips_reply_authority() {
-        let authority = json!({"schema": crate::types::REPLY_AUTHORITY_SCHEMA, "sourceMessageId": "m1",
+        let authority = json!({"schema": crate::authority::REPLY_AUTHORITY_SCHEMA, "sourceMessageId": "m1",
                                "token": "k".repeat(43), "expiresAt": "2026-01-01T00:10:00Z"});
         let kind = event(
             "message.created",

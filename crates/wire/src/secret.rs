@@ -2,7 +2,8 @@
 //! tokens, API keys, approval reasons and opaque host JSON that may carry
 //! any of them (style.md §6.5).
 //!
-//! [`Secret`] wraps a string and [`Opaque`] wraps a JSON value; both
+//! [`ApiKey`] is the bearer credential; [`Secret`] wraps any other secret
+//! string and [`Opaque`] wraps a JSON value. `Secret` and `Opaque`
 //! serialize transparently (they cross the stdio protocol as plain values)
 //! and print a redacted placeholder from `Debug`.
 
@@ -52,6 +53,28 @@ impl fmt::Debug for Opaque {
             Value::Bool(_) => f.write_str("Opaque(bool)"),
             Value::Number(_) => f.write_str("Opaque(number)"),
         }
+    }
+}
+
+/// A Canon API key (bearer token). `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> ApiKey {
+        ApiKey(key.into())
+    }
+
+    /// The secret itself, for the `Authorization` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
     }
 }
 

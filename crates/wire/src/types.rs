@@ -1,89 +1,17 @@
 //! Request and response shapes of the REST operations (canon-wire.md §4),
-//! plus the credential types whose `Debug` output is redacted.
+//! (the credential types live in `secret.rs`, the reply authority in
+//! `authority.rs`).
 //!
 //! Request types serialize to the exact wire bodies: camelCase keys, optional
 //! fields omitted rather than sent as `null` (§0). Response types are read
 //! leniently, the way the reference reads them ("first non-empty wins"), and
 //! keep the whole object in `raw` so nothing the server adds is lost.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// A Canon API key (bearer token). `Debug` never shows it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> ApiKey {
-        ApiKey(key.into())
-    }
-
-    /// The secret itself, for the `Authorization` header only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
-/// Schema name of a reply authority (canon-wire.md §5.5).
-pub const REPLY_AUTHORITY_SCHEMA: &str = "canon.agent-reply-authority.v1";
-
-/// Minimum token length of an accepted reply authority (canon-wire.md §5.5).
-pub const REPLY_AUTHORITY_MIN_TOKEN_CHARS: usize = 32;
-
-/// The server-issued permission for one reply turn (canon-wire.md §5.5).
-/// Only the four wire fields are kept; `Debug` redacts the token.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReplyAuthority {
-    /// Always [`REPLY_AUTHORITY_SCHEMA`].
-    pub schema: String,
-    /// The inbound message this authority answers.
-    pub source_message_id: String,
-    /// The opaque token (secret).
-    pub token: String,
-    /// Expiry as sent by the server (ISO-8601 string).
-    pub expires_at: String,
-}
-
-impl ReplyAuthority {
-    /// Accepts `value` only when every §5.5 rule holds for message `message_id`.
-    pub fn accept(value: &Value, message_id: &str) -> Option<ReplyAuthority> {
-        let object = value.as_object()?;
-        let text = |key: &str| object.get(key).and_then(Value::as_str);
-        let schema = text("schema")?;
-        let source = text("sourceMessageId")?;
-        let token = text("token")?;
-        let expires_at = text("expiresAt")?;
-        let ok = schema == REPLY_AUTHORITY_SCHEMA
-            && source == message_id
-            && token.chars().count() >= REPLY_AUTHORITY_MIN_TOKEN_CHARS
-            && !expires_at.is_empty();
-        ok.then(|| ReplyAuthority {
-            schema: schema.to_owned(),
-            source_message_id: source.to_owned(),
-            token: token.to_owned(),
-            expires_at: expires_at.to_owned(),
-        })
-    }
-}
-
-impl std::fmt::Debug for ReplyAuthority {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplyAuthority")
-            .field("schema", &self.schema)
-            .field("source_message_id", &self.source_message_id)
-            .field("token", &"<redacted>")
-            .field("expires_at", &self.expires_at)
-            .finish()
-    }
-}
+use crate::authority::ReplyAuthority;
+use crate::secret::ApiKey;
 
 fn first_string(object: &Map<String, Value>, keys: &[&str]) -> Option<String> {
     keys.iter()
@@ -130,7 +58,9 @@ pub struct AgentMe {
 }
 
 impl AgentMe {
-    pub(crate) fn from_object(raw: Map<String, Value>) -> AgentMe {
+    /// Reads the response object leniently (the first non-empty candidate
+    /// key wins), keeping what the type does not name in its raw fields.
+    pub fn from_object(raw: Map<String, Value>) -> AgentMe {
         AgentMe {
             agent_id: first_string(&raw, &["agentId", "id", "userId"]),
             owner_id: first_string(&raw, &["ownerId"]),
@@ -180,7 +110,9 @@ impl Conversation {
         })
     }
 
-    pub(crate) fn list_from(value: Value) -> Vec<Conversation> {
+    /// Reads the conversation list of a `GET /conversations` response,
+    /// skipping entries that are not objects with an id.
+    pub fn list_from(value: Value) -> Vec<Conversation> {
         let items = match value {
             Value::Array(items) => items,
             Value::Object(mut object) => match object.remove("conversations") {
@@ -270,7 +202,9 @@ pub struct SentMessage {
 }
 
 impl SentMessage {
-    pub(crate) fn from_object(raw: Map<String, Value>) -> SentMessage {
+    /// Reads the response object leniently (the first non-empty candidate
+    /// key wins), keeping what the type does not name in its raw fields.
+    pub fn from_object(raw: Map<String, Value>) -> SentMessage {
         SentMessage {
             message_id: first_string(&raw, &["messageId", "id"]),
             raw,
@@ -306,13 +240,23 @@ pub fn attachment_kind(mime_type: &str) -> &'static str {
 }
 
 /// `status` of `POST /typing` (canon-wire.md §4.5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TypingStatus {
     /// `typing`.
     Typing,
     /// `thinking`.
     Thinking,
+}
+
+impl TypingStatus {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TypingStatus::Typing => "typing",
+            TypingStatus::Thinking => "thinking",
+        }
+    }
 }
 
 /// `POST /typing` request (T7).
@@ -403,25 +347,51 @@ impl StreamingUpdate {
 }
 
 /// Turn states published on `POST /runtime/turn` (canon-wire.md §4.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// `idle` is never sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnState {
-    /// `thinking`.
+    /// `thinking`: the turn was accepted and nothing has streamed yet.
     Thinking,
-    /// `streaming`.
+    /// `streaming`: text was staged at least once.
     Streaming,
-    /// `tool`.
+    /// `tool`: a tool runs, or a wait for a human resolved.
     Tool,
-    /// `waiting_input`.
+    /// `waiting_input`: blocked on a human; typing is paused.
     WaitingInput,
-    /// `completed`.
+    /// `completed`: closing; the turn ended normally (or failed).
     Completed,
-    /// `interrupted`.
+    /// `interrupted`: closing; the turn was cancelled.
     Interrupted,
 }
 
+impl TurnState {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnState::Thinking => "thinking",
+            TurnState::Streaming => "streaming",
+            TurnState::Tool => "tool",
+            TurnState::WaitingInput => "waiting_input",
+            TurnState::Completed => "completed",
+            TurnState::Interrupted => "interrupted",
+        }
+    }
+
+    /// Whether the state closes the turn.
+    pub fn is_closing(self) -> bool {
+        matches!(self, TurnState::Completed | TurnState::Interrupted)
+    }
+}
+
+impl std::fmt::Display for TurnState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `capabilities` of a turn publish (canon-wire.md §4.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnCapabilities {
     /// Always `true`.
@@ -539,7 +509,9 @@ pub struct RuntimeSignal {
 }
 
 impl RuntimeSignal {
-    pub(crate) fn from_object(object: &Map<String, Value>) -> Option<RuntimeSignal> {
+    /// Reads a consume response: `None` unless `status` is `signal` and the
+    /// signal is one of the three known kinds.
+    pub fn from_object(object: &Map<String, Value>) -> Option<RuntimeSignal> {
         if object.get("status").and_then(Value::as_str) != Some("signal") {
             return None;
         }
@@ -767,7 +739,9 @@ pub struct InteractionCreated {
 }
 
 impl InteractionCreated {
-    pub(crate) fn from_object(raw: Map<String, Value>) -> InteractionCreated {
+    /// Reads the response object leniently (the first non-empty candidate
+    /// key wins), keeping what the type does not name in its raw fields.
+    pub fn from_object(raw: Map<String, Value>) -> InteractionCreated {
         InteractionCreated {
             message_id: first_string(&raw, &["messageId"]),
             card_id: first_string(&raw, &["cardId"]),
@@ -827,7 +801,9 @@ pub struct InteractionResult {
 }
 
 impl InteractionResult {
-    pub(crate) fn from_object(raw: Map<String, Value>) -> InteractionResult {
+    /// Reads the response object leniently (the first non-empty candidate
+    /// key wins), keeping what the type does not name in its raw fields.
+    pub fn from_object(raw: Map<String, Value>) -> InteractionResult {
         InteractionResult {
             status: raw
                 .get("status")
@@ -901,7 +877,9 @@ pub struct RegistrationStatus {
 }
 
 impl RegistrationStatus {
-    pub(crate) fn from_object(raw: &Map<String, Value>) -> RegistrationStatus {
+    /// Reads the response object leniently (the first non-empty candidate
+    /// key wins), keeping what the type does not name in its raw fields.
+    pub fn from_object(raw: &Map<String, Value>) -> RegistrationStatus {
         RegistrationStatus {
             status: first_string(raw, &["status"]).unwrap_or_default(),
             api_key: first_string(raw, &["apiKey"]).map(ApiKey::new),
@@ -914,6 +892,7 @@ impl RegistrationStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::authority::REPLY_AUTHORITY_SCHEMA;
     use serde_json::json;
 
     #[test]
@@ -938,28 +917,6 @@ mod tests {
                 .unwrap(),
         );
         assert!(!format!("{status:?}").contains("k-secret"));
-    }
-
-    #[test]
-    fn reply_authority_acceptance_rules() {
-        let good = json!({"schema": REPLY_AUTHORITY_SCHEMA, "sourceMessageId": "m1",
-                          "token": "x".repeat(32), "expiresAt": "soon", "admissionId": "a"});
-        let accepted = ReplyAuthority::accept(&good, "m1").expect("valid");
-        assert_eq!(
-            serde_json::to_value(&accepted).unwrap(),
-            json!({"schema": REPLY_AUTHORITY_SCHEMA, "sourceMessageId": "m1", "token": "x".repeat(32), "expiresAt": "soon"})
-        );
-        assert!(ReplyAuthority::accept(&good, "m2").is_none());
-        let mut short = good.clone();
-        short["token"] = json!("x".repeat(31));
-        assert!(ReplyAuthority::accept(&short, "m1").is_none());
-        let mut schema = good.clone();
-        schema["schema"] = json!("other");
-        assert!(ReplyAuthority::accept(&schema, "m1").is_none());
-        let mut expiry = good.clone();
-        expiry["expiresAt"] = json!("");
-        assert!(ReplyAuthority::accept(&expiry, "m1").is_none());
-        assert!(ReplyAuthority::accept(&json!("nope"), "m1").is_none());
     }
 
     #[test]
