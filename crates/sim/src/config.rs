@@ -164,7 +164,7 @@ pub struct SimConfig {
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum TlsIdentity {
     /// The committed test identity of `fixtures/tls/` (embedded at build time; covers
-    /// `127.0.0.1` and `localhost`). Clients trust it through [`crate::tls::TEST_CA_PEM`].
+    /// `127.0.0.1` and `localhost`). Clients trust it through `tls::TEST_CA_PEM`.
     TestFixture,
     /// A PEM certificate chain (leaf first) and a PEM private key read from disk at start.
     Files {

@@ -9,7 +9,7 @@
 //! | `POST /__sim/conversations` | create a conversation ([`crate::ConversationSpec`]) → `{id}` |
 //! | `POST /__sim/messages` | inject a message ([`Injection`]) → the serialized message |
 //! | `POST /__sim/long-answer` | inject another agent's N-part answer ([`LongAnswer`]) |
-//! | `POST /__sim/interactions/respond` | answer an interaction ([`crate::interactions::Response`]) |
+//! | `POST /__sim/interactions/respond` | answer an interaction ([`crate::state::Response`]) |
 //! | `POST /__sim/signals` | raise a signal ([`Signal`]) |
 //! | `POST /__sim/events` | push an arbitrary event `{agent, event, data, durable?}` |
 //! | `POST /__sim/registrations/{id}/approve` / `reject` | registration decisions |
@@ -27,9 +27,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::api::{ApiRequest, Reply};
 use crate::faults::FaultRule;
-use crate::server::Shared;
+use crate::http::{ApiRequest, Reply};
+use crate::shared::Shared;
 use crate::state::{ConversationSpec, EmitOverrides, NewMessage, PrincipalSpec, State, StreamCmd};
 
 /// A message injected by a test (canon-wire.md §11.5 `inject_message`).
@@ -205,7 +205,7 @@ pub fn inject(state: &mut State, inj: &Injection) -> Result<Value, String> {
     let mut attachments = inj.attachments.clone();
     for raw in &inj.raw_attachments {
         let data = raw.get("bytesBase64").and_then(Value::as_str).unwrap_or("");
-        let bytes = crate::api::decode_base64(data).ok_or("bytesBase64 is not valid base64")?;
+        let bytes = crate::http::decode_base64(data).ok_or("bytesBase64 is not valid base64")?;
         let mime = raw
             .get("mimeType")
             .and_then(Value::as_str)
@@ -252,7 +252,7 @@ pub fn store_upload(
     let path = format!("{conversation}/{hex}/{}", file.replace('/', "_"));
     let token = state.ids.token(32);
     let url = format!("{}/files/{path}?token={token}", state.origin);
-    let kind = crate::api::kind_of_mime(mime);
+    let kind = crate::checks::kind_of_mime(mime);
     let size = bytes.len();
     state.uploads.insert(
         path.clone(),

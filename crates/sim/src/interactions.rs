@@ -5,11 +5,14 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::api::{
-    body_object, chars, is_wire_id, require_member, required_str, ApiRequest, Handled, Reply,
-};
+use crate::checks::{chars, is_wire_id, require_member};
 use crate::config::ApprovalCapMode;
+use crate::http::{body_object, required_str, ApiRequest, Handled, Reply};
 use crate::state::{EmitOverrides, Interaction, NewMessage, State, TOMBSTONE_TTL_MS};
+
+// The control-API answer is defined with the state model, which keeps the answers scheduled for
+// later; it is re-exported here so that `canon_sim::interactions::Response` keeps working.
+pub use crate::state::Response;
 
 /// Input and card deadline ceiling (30 min).
 pub const SHORT_CEILING_MS: u64 = 30 * 60 * 1000;
@@ -512,39 +515,6 @@ pub fn consume(state: &mut State, req: &ApiRequest, agent: &str) -> Handled<Repl
     Ok(Reply::ok(reply))
 }
 
-/// An answer given through the control API (canon-wire.md §11.5 `respond_interaction`).
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct Response {
-    /// Conversation.
-    pub conversation_id: String,
-    /// `input`, `card` or `approval`.
-    pub kind: String,
-    /// Interaction id.
-    pub id: String,
-    /// Input: free-text value.
-    pub value: Option<String>,
-    /// Input: structured answers.
-    pub answers: Option<Value>,
-    /// Input: chosen choice.
-    pub choice: Option<Value>,
-    /// Card: action id.
-    pub action_id: Option<String>,
-    /// Card: field values.
-    pub values: Option<Value>,
-    /// Approval: `allow` or `deny`.
-    pub decision: Option<String>,
-    /// Approval: session rule.
-    pub session_rule: Option<Value>,
-    /// Input/card: `submitted` (default) or `cancelled`.
-    pub status: Option<String>,
-    /// Responder (default: the effective responder); `""` records no responder.
-    pub responded_by: Option<String>,
-    /// Apply the answer (and emit its receipt) only once the sim clock has advanced this many
-    /// ms.
-    pub delay_ms: Option<u64>,
-}
-
 /// Answers a pending interaction and emits the receipt, now or (with `delayMs`) once the sim
 /// clock reaches the delay. Returns the stored answer, or `{"scheduledAt": ms}`.
 pub fn respond(state: &mut State, r: &Response) -> Result<Value, String> {
@@ -564,6 +534,24 @@ pub fn respond(state: &mut State, r: &Response) -> Result<Value, String> {
             Ok(json!({"scheduledAt": at}))
         }
         None => respond_now(state, r),
+    }
+}
+
+/// Applies the scheduled interaction answers whose time has come (runs before every
+/// state access, so a clock advance makes them visible at once).
+pub fn run_due(state: &mut State) {
+    if state.scheduled.is_empty() {
+        return;
+    }
+    let now = state.now();
+    let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut state.scheduled)
+        .into_iter()
+        .partition(|(at, _)| *at <= now);
+    state.scheduled = later;
+    for (_, response) in due {
+        if let Err(e) = respond_now(state, &response) {
+            tracing::warn!(error = %e, "scheduled interaction answer failed");
+        }
     }
 }
 

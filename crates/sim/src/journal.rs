@@ -1,10 +1,12 @@
 //! The request journal (canon-wire.md §11.1 S6): every request the simulator answered, with
 //! the bearer value replaced by the principal it maps to, so tests can query and diff them.
+//! It also holds [`canonical_json`], the key-sorted JSON text that both the idempotency
+//! fingerprints of the handlers and the comparable journal form use.
 
 use std::collections::VecDeque;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Entries kept; older ones are evicted first (bounded memory).
 pub const JOURNAL_CAP: usize = 20_000;
@@ -55,9 +57,8 @@ pub fn canonical(entry: &JournalEntry) -> Value {
         .cloned()
         .collect();
     headers.sort();
-    let sorted = |v: &Value| -> Value {
-        serde_json::from_str(&crate::state::canonical_json(v)).unwrap_or(Value::Null)
-    };
+    let sorted =
+        |v: &Value| -> Value { serde_json::from_str(&canonical_json(v)).unwrap_or(Value::Null) };
     serde_json::json!({
         "method": entry.method,
         "path": entry.path,
@@ -67,6 +68,27 @@ pub fn canonical(entry: &JournalEntry) -> Value {
         "status": entry.status,
         "response": sorted(&entry.response),
     })
+}
+
+/// Canonical JSON (object keys sorted recursively), the idempotency fingerprint of canon-wire.md
+/// §13 Q20 and the sorted form [`canonical`] compares.
+pub fn canonical_json(value: &Value) -> String {
+    fn sort(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                let mut out = Map::new();
+                for k in keys {
+                    out.insert(k.clone(), sort(&map[k]));
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sort).collect()),
+            other => other.clone(),
+        }
+    }
+    sort(value).to_string()
 }
 
 /// The bounded journal.

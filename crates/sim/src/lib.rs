@@ -16,10 +16,12 @@
 //! * [`journal::JournalEntry`] and [`journal::canonical`] (the comparable form of §12.4);
 //!   [`verbs::merge_intent`] (the verb intent a wire request stands for, logged per verb).
 //!
-//! Module map: [`server`] (hyper plumbing, faults, journaling) dispatches to [`api`] (REST),
-//! [`interactions`], [`verbs`], [`stream`] (SSE) and [`control`] (`/__sim/`), after the optional
-//! TLS handshake of [`tls`]; [`state`] holds the
-//! §11.2 model and the §11.4 emission rule.
+//! Module map: [`server`] (hyper plumbing, faults, journaling) dispatches to [`api`] (REST, which
+//! routes on to [`interactions`] and [`verbs`]), [`stream`] (SSE) and [`control`] (`/__sim/`),
+//! after the optional TLS handshake of [`tls`]; they all reach the state through
+//! [`shared::Shared`]. [`http`] (request and reply types) and [`checks`] (the request checks the
+//! handlers share) are helpers the handlers import; [`state`] holds the §11.2 model and the
+//! §11.4 emission rule.
 //!
 //! # Invariants
 //!
@@ -41,16 +43,19 @@
 
 pub mod api;
 pub mod body;
+pub mod checks;
 pub mod clock;
 pub mod config;
 pub mod control;
 pub mod error;
 pub mod faults;
+pub mod http;
 pub mod ids;
 pub mod interactions;
 pub mod journal;
 pub mod model;
 pub mod server;
+pub mod shared;
 pub mod state;
 pub mod stream;
 pub mod tls;
@@ -69,7 +74,7 @@ pub use state::{ConversationSpec, PrincipalSpec, State};
 
 use crate::faults::FaultRule;
 use crate::journal::JournalEntry;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::state::StreamCmd;
 
 /// The id of the default agent created at start.

@@ -3,7 +3,7 @@
 //! control API ([`crate::control`]).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,57 +19,17 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
-use crate::api::{ApiRequest, Reply, ReplyBody};
 use crate::body::{Aborted, SimBody};
 use crate::config::SimConfig;
 use crate::error::SimError;
 use crate::faults::{FaultAction, MalformedKind, RequestFacts};
+use crate::http::{ApiRequest, Reply, ReplyBody};
 use crate::journal::JournalEntry;
+use crate::shared::Shared;
 use crate::state::State;
 
 /// Largest request body accepted (a 10 MiB upload is ≈ 13.4 MiB of JSON).
 pub const MAX_REQUEST_BODY: usize = 16 * 1024 * 1024;
-
-/// State shared by every connection: the state and a version counter bumped on every change,
-/// which `wait_for` and the open streams watch.
-#[derive(Debug)]
-pub struct Shared {
-    state: Mutex<State>,
-    version: watch::Sender<u64>,
-}
-
-impl Shared {
-    /// Runs `f` on the state, then announces a change.
-    pub fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let result = {
-            let mut state = self.lock();
-            state.run_due();
-            let result = f(&mut state);
-            // A clock change inside `f` may have made scheduled answers due.
-            state.run_due();
-            result
-        };
-        self.version.send_modify(|v| *v += 1);
-        result
-    }
-
-    /// Reads the state without announcing a change.
-    pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> R {
-        f(&self.lock())
-    }
-
-    /// A receiver that wakes on every change.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.version.subscribe()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A handler never panics while holding the lock; recover the data if one did.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
 
 /// What [`start`] returns: the shared state, the REST address, the stream address (the same
 /// unless `separate_stream_port` is set) and the stop switch.
@@ -105,13 +65,9 @@ pub(crate) async fn start(config: SimConfig) -> Result<Started, SimError> {
     let stream_addr = second.as_ref().map_or(addr, |(_, a)| *a);
     let origin = format!("{scheme}://127.0.0.1:{}", addr.port());
     let stream_origin = format!("{scheme}://127.0.0.1:{}", stream_addr.port());
-    let (version, _) = watch::channel(0);
     let mut state = State::new(config, origin);
     state.stream_origin = stream_origin;
-    let shared = Arc::new(Shared {
-        state: Mutex::new(state),
-        version,
-    });
+    let shared = Arc::new(Shared::new(state));
     let (stop_tx, stop_rx) = watch::channel(false);
     spawn_accept(
         listener,
@@ -385,7 +341,7 @@ async fn handle(
             Some(FaultAction::Sse(f)) => Some(f.clone()),
             _ => None,
         };
-        let agent = shared.read(|s| crate::api::authenticate(s, &req));
+        let agent = shared.read(|s| crate::checks::authenticate(s, &req));
         return match agent {
             Ok(agent) => {
                 journal(200, Value::Null);

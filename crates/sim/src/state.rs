@@ -410,7 +410,7 @@ pub struct State {
     /// Connection ids that carried an `Authorization` header on a media download.
     pub media_auth_seen: VecDeque<u64>,
     /// Interaction answers scheduled for a later sim time (`respond_interaction` with a delay).
-    pub scheduled: Vec<(u64, crate::interactions::Response)>,
+    pub scheduled: Vec<(u64, Response)>,
 }
 
 /// Pushes onto a bounded history list.
@@ -536,24 +536,6 @@ impl State {
             member_ids: vec!["h-owner".to_owned(), "a-hermes".to_owned()],
             behavior: None,
         });
-    }
-
-    /// Applies the scheduled interaction answers whose time has come (runs before every
-    /// state access, so a clock advance makes them visible at once).
-    pub fn run_due(&mut self) {
-        if self.scheduled.is_empty() {
-            return;
-        }
-        let now = self.now();
-        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.scheduled)
-            .into_iter()
-            .partition(|(at, _)| *at <= now);
-        self.scheduled = later;
-        for (_, response) in due {
-            if let Err(e) = crate::interactions::respond_now(self, &response) {
-                tracing::warn!(error = %e, "scheduled interaction answer failed");
-            }
-        }
     }
 
     /// Sim time now.
@@ -1026,22 +1008,35 @@ pub struct ConversationSpec {
     pub behavior: Option<Value>,
 }
 
-/// Canonical JSON (object keys sorted recursively), the idempotency fingerprint of §13 Q20.
-pub fn canonical_json(value: &Value) -> String {
-    fn sort(value: &Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort();
-                let mut out = Map::new();
-                for k in keys {
-                    out.insert(k.clone(), sort(&map[k]));
-                }
-                Value::Object(out)
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sort).collect()),
-            other => other.clone(),
-        }
-    }
-    sort(value).to_string()
+/// An answer given through the control API (canon-wire.md §11.5 `respond_interaction`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Response {
+    /// Conversation.
+    pub conversation_id: String,
+    /// `input`, `card` or `approval`.
+    pub kind: String,
+    /// Interaction id.
+    pub id: String,
+    /// Input: free-text value.
+    pub value: Option<String>,
+    /// Input: structured answers.
+    pub answers: Option<Value>,
+    /// Input: chosen choice.
+    pub choice: Option<Value>,
+    /// Card: action id.
+    pub action_id: Option<String>,
+    /// Card: field values.
+    pub values: Option<Value>,
+    /// Approval: `allow` or `deny`.
+    pub decision: Option<String>,
+    /// Approval: session rule.
+    pub session_rule: Option<Value>,
+    /// Input/card: `submitted` (default) or `cancelled`.
+    pub status: Option<String>,
+    /// Responder (default: the effective responder); `""` records no responder.
+    pub responded_by: Option<String>,
+    /// Apply the answer (and emit its receipt) only once the sim clock has advanced this many
+    /// ms.
+    pub delay_ms: Option<u64>,
 }

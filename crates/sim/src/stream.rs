@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::body::{Aborted, SimBody};
 use crate::faults::{LineEnding, SseFault};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::state::{LoggedEvent, OpenStream, StreamCmd};
 
 /// Formats one SSE frame with the chosen line endings.

@@ -5,13 +5,10 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::api::{
-    is_valid_message_id, is_wire_id, rate_limited, require_member, validate_send, ApiRequest,
-    Handled, Reply,
-};
-use crate::state::{
-    canonical_json, push_bounded, ConversationSpec, EmitOverrides, NewMessage, State, HISTORY_CAP,
-};
+use crate::checks::{is_valid_message_id, is_wire_id, require_member, validate_send};
+use crate::http::{rate_limited, ApiRequest, Handled, Reply};
+use crate::journal::canonical_json;
+use crate::state::{push_bounded, ConversationSpec, EmitOverrides, NewMessage, State, HISTORY_CAP};
 
 /// The wire id.
 pub const WIRE: &str = "canon.verb-wire.v1";

@@ -1,7 +1,8 @@
 //! Never panic on outside input: arbitrary methods, paths, headers and JSON bodies through the
 //! REST handlers (proptest, no sockets).
 
-use canon_sim::api::{handle, ApiRequest};
+use canon_sim::api::handle;
+use canon_sim::http::ApiRequest;
 use canon_sim::{SimConfig, State};
 use proptest::prelude::*;
 use serde_json::{json, Value};
