@@ -1,6 +1,6 @@
 //! The tokio driver behind `canon-hermes serve --stdio` (hermes-host.md
 //! §19.3–§19.11): JSON lines in from the shim, JSON lines out through one
-//! writer task, the [`crate::turn::TurnMachine`] in the middle, Canon through
+//! writer task, the [`canon_host::turn::TurnMachine`] in the middle, Canon through
 //! `canon_transport`, and the SSE stream through the inbound pipeline of
 //! `canon_dispatch`.
 //!
@@ -38,7 +38,7 @@
 //!
 //! `typing` notifications become `POST /typing` through the turn machine,
 //! which coalesces `on` for a chat to at most one write per
-//! [`crate::turn::TYPING_COALESCE_MS`] (hermes-host.md §19.9); `off` always
+//! [`canon_host::turn::TYPING_COALESCE_MS`] (hermes-host.md §19.9); `off` always
 //! passes and re-arms the chat. `turn.steered` becomes
 //! [`Input::SteerAccepted`]: the steered turn's `no_reply` silence is lifted
 //! (hermes-host.md §12.3 step 5), so its final is delivered after all.
@@ -48,7 +48,7 @@
 //! A waking `message.created` with attachments (runtime-control.md §8.2,
 //! canon-wire.md §5.4.2 step 9) is materialized off the loop: a task
 //! downloads each attachment in array order through the SSRF-guarded
-//! [`MediaDownloader`], classifies it with [`crate::media`], writes every
+//! [`MediaDownloader`], classifies it with `canon_host::media`, writes every
 //! attachment that is not hidden to a new 0600 file under
 //! `<CANON_HOME>/tmp/` (hermes-host.md Q8) and lists it in the
 //! `inbound.message` `media`; hidden ones are never written and only show as
@@ -61,7 +61,7 @@
 //! stream until one is sent (back-pressure instead of an unbounded buffer).
 //! Files of previous runs older than [`HANDOFF_MAX_AGE`] are deleted at
 //! start. The §8.4 capture registry does not exist: hidden media are
-//! reported to the model as withheld ([`crate::media::available_count`]).
+//! reported to the model as withheld ([`canon_host::media::available_count`]).
 //!
 //! # Blocking clarify and exec approval
 //!
@@ -132,8 +132,8 @@ use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::{CanonClient, ClientConfig, DurableRequest, EventStream, TransportError};
 use canon_wire::types::{
-    ConsumeInteraction, InteractionCreated, InteractionKind, InteractionRequest, InteractionResult,
-    RuntimeSignal, SendMessage, SignalKind,
+    delivered_message_id, ConsumeInteraction, DurableCall, InteractionCreated, InteractionKind,
+    InteractionRequest, InteractionResult, NoReplyRecord, RuntimeSignal, SignalKind,
 };
 use canon_wire::EventKind;
 use serde_json::{Map, Value};
@@ -142,32 +142,33 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{Interval, MissedTickBehavior};
 
-use crate::media::{self, MediaCounts, MediaSettings, TrustedScope};
-use crate::protocol::{
+use canon_host::media::{self, MediaCounts, MediaSettings, TrustedScope};
+use canon_host::protocol::{
     self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ApprovalChoice,
     ApprovalResolve, ChatInfo, ChatRef, ClarifyResolve, ConnectResult, ControlSignal,
-    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSource, EventSummary, Fatal,
-    Frame, HandshakePolicy, InboundEvent, InboundMedia, InboundMessage, InboundMetadata, Probe,
+    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSource, EventSummary, Frame,
+    HandshakePolicy, InboundEvent, InboundMedia, InboundMessage, InboundMetadata, Probe,
     ProbeResult, ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
     EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
-use crate::turn::{
-    ActivityEvent, Delivery, DeliveryFailure, Effect, FailureClass, HostEdit, HostMedia, HostReply,
-    HostSend, Input, MediaPayload, NoReplyRequest, OpId, ProcessingStart, ReplyAuthority,
-    RequestId, ResyncTurn, Route, SendOutcome, StandaloneSend, TurnConfig, TurnMachine, TurnState,
+use canon_host::turn::{
+    ActivityEvent, Delivery, DeliveryFailure, Effect, HostEdit, HostMedia, HostReply, HostSend,
+    Input, MediaPayload, NoReplyRequest, OpId, ProcessingStart, ReplyAuthority, RequestId,
+    ResyncTurn, SendOutcome, StandaloneSend, TurnConfig, TurnMachine, TurnState,
 };
-use canon_wire::secret::Opaque;
-
-/// The redacting API-key type of [`DriverConfig::api_key`], re-exported so
-/// the binary need not depend on `canon-transport` (ARCHITECTURE.md).
-pub use canon_wire::ApiKey;
+use canon_wire::secret::{ApiKey, Opaque};
 
 /// The `CANON_HOME` rule (cli.md §6, approvals.md §3.1), re-exported so the
 /// binary resolves [`DriverConfig::canon_home`] exactly as the approvals
 /// store does without depending on `canon-approvals`.
 pub use canon_approvals::store::resolve_canon_home;
 
-pub mod hitl;
+use canon_host::connect::{self, ConnectFailure};
+use canon_host::conversations::{
+    canon_chat, chat_from_session_key, conversation_type_of, ConversationCache,
+};
+use canon_host::delivery;
+use canon_host::hitl;
 pub mod outbound;
 
 /// The `hermes-agent` version the shim must run on (hermes-host.md §16).
@@ -190,8 +191,9 @@ pub const NO_REPLY_RECORD_BUDGET: Duration = Duration::from_secs(3);
 /// Inbound events remembered for `turn.start` lookups (our number).
 const MAX_EVENTS: usize = 1_024;
 
-/// Conversation objects cached from the stream (our number).
-const MAX_CONVERSATIONS: usize = 4_096;
+/// Hermes sessions mapped to chats (our number; the conversation cache's
+/// bound).
+const MAX_SESSIONS: usize = canon_host::conversations::MAX_CONVERSATIONS;
 
 /// How often every cached conversation is polled for a runtime signal
 /// (canon-wire.md §4.9); the default of [`DriverConfig::signal_poll`].
@@ -235,15 +237,6 @@ const SIGNAL_FRAMES: usize = 64;
 /// `updated_by` of a signal when neither Canon nor `agent.context` named
 /// anyone (canon-wire.md §4.9; exact).
 pub const RUNTIME_CONTROL_USER: &str = "canon-runtime-control";
-
-/// The `auth_failed` message of `adapter.connect` (canon-wire.md §8.1; exact).
-pub const AUTH_FAILED_MESSAGE: &str =
-    "Canon rejected the configured agent credentials. Re-run Canon setup.";
-
-/// The fatal code of an `adapter.connect` refused for an invalid inbound
-/// media delivery setting (runtime-control.md §8.1; our code, the message
-/// is exact).
-pub const INVALID_CONFIG_CODE: &str = "invalid_config";
 
 /// Inbound messages materializing their media at once (our number; the
 /// others wait for a permit in their own task).
@@ -410,8 +403,7 @@ where
         event_order: VecDeque::new(),
         next_event: 0,
         next_daemon_id: 0,
-        conversations: HashMap::new(),
-        conversation_order: VecDeque::new(),
+        conversations: ConversationCache::default(),
         sessions: HashMap::new(),
         signal_tx,
         signal_ids,
@@ -702,16 +694,12 @@ async fn run_jobs(mut rx: mpsc::Receiver<Job>) {
                 message_id,
                 reason_given,
             } => {
-                // turns.md §8.4: the literal `given` replaces the model's text.
-                let mut envelope = Map::new();
-                envelope.insert("conversationId".into(), conversation_id.as_str().into());
-                if let Some(id) = message_id {
-                    envelope.insert("messageId".into(), id.as_str().into());
+                let (envelope, value) = NoReplyRecord {
+                    conversation_id: conversation_id.clone(),
+                    message_id: message_id.clone(),
+                    reason_given: *reason_given,
                 }
-                let mut value = Map::new();
-                if *reason_given {
-                    value.insert("reason".into(), "given".into());
-                }
+                .envelope_and_value();
                 let call = client.execute_verb("no_reply", envelope, value);
                 match tokio::time::timeout(NO_REPLY_RECORD_BUDGET, call).await {
                     Ok(result) => ("no_reply record", result.map(drop)),
@@ -764,55 +752,11 @@ type DeliveryResult = Result<Option<String>, DeliveryFailure>;
 /// Sends every part of a delivery in order; Canon's id of the last part.
 async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
     let mut last = None;
-    for part in &delivery.parts {
-        let request = match delivery.route {
-            Route::Messages => DurableRequest::message(&SendMessage {
-                conversation_id: delivery.conversation_id.clone(),
-                text: part.text.clone(),
-                message_id: part.message_id.clone(),
-                reply_to: part.reply_to.clone(),
-                metadata: (!part.metadata.is_empty()).then(|| part.metadata.clone()),
-                reply_authority: part.reply_authority.clone(),
-                options: part.options.clone(),
-                content_type: part.content_type.clone(),
-                attachments: (!part.attachments.is_empty()).then(|| part.attachments.clone()),
-            }),
-            Route::SendTo => {
-                let mut envelope = Map::new();
-                envelope.insert(
-                    "conversationId".into(),
-                    delivery.conversation_id.as_str().into(),
-                );
-                if let Some(id) = &part.message_id {
-                    envelope.insert("idempotencyKey".into(), id.as_str().into());
-                }
-                // canon-wire.md §4.15 [target]: the server reads `replyTo`,
-                // `mentions` and `replyToPosition` only from the envelope.
-                if let Some(reply_to) = &part.reply_to {
-                    envelope.insert("replyTo".into(), reply_to.as_str().into());
-                }
-                let mut options = Map::new();
-                for (key, option) in &part.options {
-                    if matches!(key.as_str(), "mentions" | "replyToPosition") {
-                        envelope.insert(key.clone(), option.clone());
-                    } else {
-                        options.insert(key.clone(), option.clone());
-                    }
-                }
-                if !part.metadata.is_empty() {
-                    options.insert("metadata".into(), Value::Object(part.metadata.clone()));
-                }
-                if let Some(content_type) = &part.content_type {
-                    options.insert("contentType".into(), content_type.as_str().into());
-                }
-                if !part.attachments.is_empty() {
-                    options.insert("attachments".into(), Value::Array(part.attachments.clone()));
-                }
-                let mut value = Map::new();
-                value.insert("text".into(), part.text.as_str().into());
-                if !options.is_empty() {
-                    value.insert("messageOptions".into(), Value::Object(options));
-                }
+    for call in delivery::durable_calls(&delivery) {
+        let request = match &call {
+            DurableCall::Message(message) => DurableRequest::message(message),
+            DurableCall::SendTo(send) => {
+                let (envelope, value) = send.envelope_and_value();
                 DurableRequest::verb("send_to", envelope, value)
             }
         };
@@ -821,34 +765,14 @@ async fn deliver(client: CanonClient, delivery: Delivery) -> DeliveryResult {
             .send_durable(&request)
             .await
             .map_err(|error| failure(&error))?;
-        last = reply
-            .get("messageId")
-            .or_else(|| reply.get("id"))
-            .or_else(|| reply.get("message").and_then(|m| m.get("id")))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        last = delivered_message_id(&reply);
     }
     Ok(last)
 }
 
-/// Classifies a transport failure for the ledger (turns.md §4.4).
+/// The ledger's view of a transport failure (`canon_host::delivery`).
 fn failure(error: &TransportError) -> DeliveryFailure {
-    use canon_wire::FailureKind as K;
-    let class = match error.kind() {
-        K::Http { status: 429 | 503 } | K::Connect | K::ConnectTimeout => FailureClass::PreHandler,
-        K::Http { status }
-            if (400..500).contains(&status) && ![408, 409, 425].contains(&status) =>
-        {
-            FailureClass::Rejected
-        }
-        K::Blocked | K::TooLarge | K::Invalid => FailureClass::Rejected,
-        _ => FailureClass::Ambiguous,
-    };
-    DeliveryFailure {
-        class,
-        error: error.to_string(),
-        retryable: error.is_retryable(),
-    }
+    delivery::classify_failure(error.kind(), error.to_string(), error.is_retryable())
 }
 
 /// What the daemon remembers of an inbound event it handed to the shim.
@@ -878,8 +802,7 @@ struct Driver {
     event_order: VecDeque<String>,
     next_event: u64,
     next_daemon_id: u64,
-    conversations: HashMap<String, Value>,
-    conversation_order: VecDeque<String>,
+    conversations: ConversationCache,
     /// Session key → chat of the open turn (`turn.complete` names no chat).
     sessions: HashMap<String, String>,
     /// Where the signal tasks report consumed signals.
@@ -1296,7 +1219,7 @@ impl Driver {
             }
             ShimRequest::Probe(probe) => self.probe(id, re, &probe).await,
             ShimRequest::AdapterChatInfo(chat) => {
-                let (name, kind) = chat_facts(&chat.chat_id, self.conversations.get(&chat.chat_id));
+                let (name, kind) = self.conversations.chat_facts(&chat.chat_id);
                 let info = ChatInfo {
                     name,
                     kind: kind.to_owned(),
@@ -1448,7 +1371,7 @@ impl Driver {
                     media: None,
                     random: random_u128(),
                 };
-                let target = crate::turn::standalone_target(&standalone).map(str::to_owned);
+                let target = canon_host::turn::standalone_target(&standalone).map(str::to_owned);
                 match target {
                     Some(target) if !send.media_files.is_empty() => {
                         self.upload_standalone(
@@ -1621,7 +1544,7 @@ impl Driver {
         let reply = if standalone {
             HostReply::Standalone(Err(format!(
                 "{}{error}",
-                crate::turn::STANDALONE_ERROR_PREFIX
+                canon_host::turn::STANDALONE_ERROR_PREFIX
             )))
         } else {
             HostReply::Send(SendOutcome::Failed {
@@ -1980,7 +1903,7 @@ impl Driver {
         queue_depth: u32,
         absorbed_refs: Vec<String>,
     ) -> ProcessingStart {
-        if self.sessions.len() < MAX_CONVERSATIONS || self.sessions.contains_key(&session_key) {
+        if self.sessions.len() < MAX_SESSIONS || self.sessions.contains_key(&session_key) {
             self.sessions
                 .insert(session_key.clone(), event.chat_id.clone());
         }
@@ -2100,36 +2023,13 @@ impl Driver {
     }
 
     async fn connect(&mut self, busy_handler: bool, extra: &Value) -> ConnectResult {
-        let refuse = |code: &str, error: &TransportError, retryable: bool| ConnectResult {
-            connected: false,
-            agent_id: None,
-            agent_name: None,
-            fatal: Some(Fatal {
-                code: code.to_owned(),
-                message: error.to_string(),
-                retryable,
-            }),
+        let call_failed = |error: &TransportError| ConnectFailure::Call {
+            status: error.status(),
+            message: error.to_string(),
+            retryable: error.is_retryable(),
         };
-        // canon-wire.md §8.1: 401/403 → `auth_failed`, never retried; any
-        // other failure → `connect_failed`, retryable per the error.
-        let refuse_call = |error: &TransportError| {
-            if matches!(error.status(), Some(401 | 403)) {
-                ConnectResult {
-                    connected: false,
-                    agent_id: None,
-                    agent_name: None,
-                    fatal: Some(Fatal {
-                        code: "auth_failed".to_owned(),
-                        message: AUTH_FAILED_MESSAGE.to_owned(),
-                        retryable: false,
-                    }),
-                }
-            } else {
-                refuse("connect_failed", error, error.is_retryable())
-            }
-        };
-        // runtime-control.md §8.1: an invalid delivery setting refuses the
-        // adapter before anything else (0.14.1 raises in the constructor).
+        // An invalid delivery setting refuses the adapter before anything
+        // else (runtime-control.md §8.1; 0.14.1 raises in the constructor).
         let settings = match MediaSettings::resolve(
             self.config.inbound_image_delivery.as_deref(),
             self.config.inbound_visual_media_delivery.as_deref(),
@@ -2138,47 +2038,29 @@ impl Driver {
             Ok(settings) => settings,
             Err(error) => {
                 tracing::error!(%error, "inbound media delivery setting refused");
-                return ConnectResult {
-                    connected: false,
-                    agent_id: None,
-                    agent_name: None,
-                    fatal: Some(Fatal {
-                        code: INVALID_CONFIG_CODE.to_owned(),
-                        message: error.to_string(),
-                        retryable: false,
-                    }),
-                };
+                return connect::refusal(ConnectFailure::InvalidConfig(error.to_string()));
             }
         };
         self.media_scope = settings.scope();
         if self.config.api_key.expose().is_empty() || self.config.base_url.is_empty() {
-            return ConnectResult {
-                connected: false,
-                agent_id: None,
-                agent_name: None,
-                fatal: Some(Fatal {
-                    code: "missing_api_key".into(),
-                    message: "CANON_API_KEY and CANON_BASE_URL must be set".into(),
-                    retryable: false,
-                }),
-            };
+            return connect::refusal(ConnectFailure::MissingCredentials);
         }
         let client = match self.client() {
             Ok(client) => client,
-            Err(error) => return refuse("connect_failed", &error, false),
+            Err(error) => return connect::refusal(ConnectFailure::Client(error.to_string())),
         };
         if let Some(environment) = self.config.environment_id.clone() {
             if let Err(error) = client.verify_environment(&environment, None).await {
-                return refuse("environment_mismatch", &error, false);
+                return connect::refusal(ConnectFailure::Environment(error.to_string()));
             }
         }
         let me = match client.get_me().await {
             Ok(me) => me,
-            Err(error) => return refuse_call(&error),
+            Err(error) => return connect::refusal(call_failed(&error)),
         };
         let conversations = match client.list_conversations().await {
             Ok(conversations) => conversations,
-            Err(error) => return refuse_call(&error),
+            Err(error) => return connect::refusal(call_failed(&error)),
         };
         self.replace_conversations(conversations);
         self.agent_id = me.agent_id.clone();
@@ -2210,12 +2092,7 @@ impl Driver {
             media_scope = ?self.media_scope,
             "adapter connected"
         );
-        ConnectResult {
-            connected: true,
-            agent_id: me.agent_id,
-            agent_name: me.display_name,
-            fatal: None,
-        }
+        connect::connected(me.agent_id, me.display_name)
     }
 
     async fn on_stream(&mut self, item: StreamItem) {
@@ -2224,11 +2101,9 @@ impl Driver {
             StreamItem::State(ConnectionState::Failed(error)) => {
                 tracing::error!(%error, "event stream stopped");
                 self.stream = None;
-                self.notify(DaemonNotification::AdapterFatal(Fatal {
-                    code: "auth_failed".into(),
-                    message: error.to_string(),
-                    retryable: false,
-                }))
+                self.notify(DaemonNotification::AdapterFatal(connect::stream_stopped(
+                    error.to_string(),
+                )))
                 .await;
                 return;
             }
@@ -2253,16 +2128,7 @@ impl Driver {
                 conversation_id,
                 changes,
             } => {
-                // canon-wire.md §5.3: create `{id}` if missing, then merge.
-                let mut entry = self
-                    .conversations
-                    .get(&conversation_id)
-                    .cloned()
-                    .unwrap_or_else(|| serde_json::json!({ "id": conversation_id }));
-                if let Value::Object(object) = &mut entry {
-                    object.extend(changes);
-                }
-                if self.cache_conversation(&conversation_id, entry) {
+                if self.conversations.apply_update(&conversation_id, changes) {
                     self.publish_signal_ids();
                 }
             }
@@ -2301,7 +2167,10 @@ impl Driver {
         };
         if outcome.reached_conversation_step() {
             if let Some(conversation) = payload.get("conversation").filter(|c| c.is_object()) {
-                if self.cache_conversation(&conversation_id, conversation.clone()) {
+                if self
+                    .conversations
+                    .insert(&conversation_id, conversation.clone())
+                {
                     self.publish_signal_ids();
                 }
             }
@@ -2506,8 +2375,7 @@ impl Driver {
             SignalKind::StopAndDrop => Signal::StopAndDrop,
             SignalKind::NewSession => Signal::NewSession,
         };
-        let (chat_name, chat_type) =
-            chat_facts(&conversation_id, self.conversations.get(&conversation_id));
+        let (chat_name, chat_type) = self.conversations.chat_facts(&conversation_id);
         // canon-wire.md §4.9: `updatedBy`, else the agent, else the literal.
         let updated_by = signal
             .updated_by
@@ -2609,11 +2477,7 @@ impl Driver {
     /// Replaces the conversation cache with a fresh `GET /conversations`
     /// list and republishes the signal pass's key set (canon-wire.md §4.2).
     fn replace_conversations(&mut self, conversations: Vec<canon_wire::types::Conversation>) {
-        self.conversations.clear();
-        self.conversation_order.clear();
-        for conversation in conversations {
-            self.cache_conversation(&conversation.id, Value::Object(conversation.raw));
-        }
+        self.conversations.replace(conversations);
         self.publish_signal_ids();
     }
 
@@ -2632,8 +2496,7 @@ impl Driver {
 
     /// Republishes the set of conversations the signal pass visits.
     fn publish_signal_ids(&self) {
-        self.signal_ids
-            .send_replace(self.conversation_order.iter().cloned().collect());
+        self.signal_ids.send_replace(self.conversations.ids());
     }
 
     /// `probe` (hermes-host.md §19.6): without `verify` from the
@@ -2715,24 +2578,6 @@ impl Driver {
         }
         self.event_order.push_back(event_ref.clone());
         self.events.insert(event_ref, event);
-    }
-
-    /// Caches a conversation object; `true` when the key set changed.
-    fn cache_conversation(&mut self, id: &str, conversation: Value) -> bool {
-        if self
-            .conversations
-            .insert(id.to_owned(), conversation)
-            .is_some()
-        {
-            return false;
-        }
-        self.conversation_order.push_back(id.to_owned());
-        while self.conversation_order.len() > MAX_CONVERSATIONS {
-            if let Some(old) = self.conversation_order.pop_front() {
-                self.conversations.remove(&old);
-            }
-        }
-        true
     }
 
     /// Runs the machine on one input and carries out its effects.
@@ -3047,58 +2892,6 @@ fn opaque(value: Opaque) -> Option<Value> {
     (!value.0.is_null()).then_some(value.0)
 }
 
-/// The chat of a hook, only inside a Canon turn (hermes-host.md §19.6).
-fn canon_chat(ctx: &protocol::TurnContext) -> Option<String> {
-    if ctx.platform.as_deref() != Some("canon") {
-        return None;
-    }
-    ctx.chat_id.clone().filter(|c| !c.is_empty())
-}
-
-/// A chat's display name (`name` | `topic` | id) and type (`group` when
-/// the cached `type` is `group`, else `dm`; canon-wire.md §4.2), with the
-/// id and `dm` for a conversation the cache does not hold.
-fn chat_facts(id: &str, conversation: Option<&Value>) -> (String, &'static str) {
-    let Some(conversation) = conversation else {
-        return (id.to_owned(), "dm");
-    };
-    let name = ["name", "topic"]
-        .iter()
-        .find_map(|key| {
-            conversation
-                .get(*key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.trim().is_empty())
-        })
-        .unwrap_or(id)
-        .to_owned();
-    let kind = if conversation.get("type").and_then(Value::as_str) == Some("group") {
-        "group"
-    } else {
-        "dm"
-    };
-    (name, kind)
-}
-
-fn conversation_type_of(chat_type: Option<&str>) -> ConversationType {
-    match chat_type {
-        Some("dm" | "direct") => ConversationType::Direct,
-        Some("group") => ConversationType::Group,
-        _ => ConversationType::Unknown,
-    }
-}
-
-/// The chat id at the end of a Hermes session key
-/// (`agent:main:canon:<type>:<chat id>`), a fallback when the machine does
-/// not know the session.
-fn chat_from_session_key(session_key: &str) -> String {
-    session_key
-        .rsplit(':')
-        .next()
-        .unwrap_or(session_key)
-        .to_owned()
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -3150,27 +2943,6 @@ mod tests {
         assert_eq!(
             read_bounded_line(&mut reader, &mut buf).await.ok(),
             Some(None)
-        );
-    }
-
-    #[test]
-    fn chat_facts_read_name_topic_and_type_from_the_cache() {
-        let check = |conversation: Option<Value>, expected: (&str, &str)| {
-            let (name, kind) = chat_facts("conv-1", conversation.as_ref());
-            assert_eq!((name.as_str(), kind), expected, "{conversation:?}");
-        };
-        check(None, ("conv-1", "dm"));
-        check(
-            Some(serde_json::json!({"name": "Team", "type": "group"})),
-            ("Team", "group"),
-        );
-        check(
-            Some(serde_json::json!({"name": " ", "topic": "Launch", "type": "direct"})),
-            ("Launch", "dm"),
-        );
-        check(
-            Some(serde_json::json!({"type": 7, "name": 3})),
-            ("conv-1", "dm"),
         );
     }
 
@@ -3298,14 +3070,6 @@ mod tests {
         assert_eq!(
             plain.event.metadata.delivery_intent.as_deref(),
             Some("interleave")
-        );
-    }
-
-    #[test]
-    fn chat_id_comes_from_the_end_of_a_session_key() {
-        assert_eq!(
-            chat_from_session_key("agent:main:canon:dm:conv-1"),
-            "conv-1"
         );
     }
 }

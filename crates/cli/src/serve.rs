@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canon_adapter::driver::{self, hitl, ApiKey, DriverConfig};
+use canon_adapter::driver::{self, DriverConfig};
+use canon_host::hitl;
+use canon_wire::ApiKey;
 
 use crate::exit;
 

@@ -192,6 +192,130 @@ impl SendMessage {
     }
 }
 
+/// One message sent through the `send_to` verb (canon-wire.md §4.15), the
+/// route of sends that belong to no turn: a standalone send, cron output,
+/// a durable send with no turn id. The envelope carries the routing keys,
+/// the value carries the text and the message options.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SendTo {
+    /// `envelope.conversationId`.
+    pub conversation_id: String,
+    /// `value.text`.
+    pub text: String,
+    /// `envelope.idempotencyKey`: the part's client message id, so a replay
+    /// lands on the same message.
+    pub idempotency_key: Option<String>,
+    /// `envelope.replyTo`.
+    pub reply_to: Option<String>,
+    /// `value.messageOptions.metadata`, when not empty.
+    pub metadata: Map<String, Value>,
+    /// The gateway options bag: `mentions` and `replyToPosition` ride in the
+    /// envelope (the server reads them only there, canon-wire.md §4.15
+    /// \[target\]); every other key goes into `messageOptions`.
+    pub options: Map<String, Value>,
+    /// `value.messageOptions.contentType`.
+    pub content_type: Option<String>,
+    /// `value.messageOptions.attachments`, when not empty.
+    pub attachments: Vec<Value>,
+}
+
+impl SendTo {
+    /// The verb's envelope and value objects, in wire order.
+    pub fn envelope_and_value(&self) -> (Map<String, Value>, Map<String, Value>) {
+        let mut envelope = Map::new();
+        envelope.insert(
+            "conversationId".into(),
+            self.conversation_id.as_str().into(),
+        );
+        if let Some(id) = &self.idempotency_key {
+            envelope.insert("idempotencyKey".into(), id.as_str().into());
+        }
+        if let Some(reply_to) = &self.reply_to {
+            envelope.insert("replyTo".into(), reply_to.as_str().into());
+        }
+        let mut options = Map::new();
+        for (key, option) in &self.options {
+            if ALLOWED_OPTION_KEYS.contains(&key.as_str()) {
+                envelope.insert(key.clone(), option.clone());
+            } else {
+                options.insert(key.clone(), option.clone());
+            }
+        }
+        if !self.metadata.is_empty() {
+            options.insert("metadata".into(), Value::Object(self.metadata.clone()));
+        }
+        if let Some(content_type) = &self.content_type {
+            options.insert("contentType".into(), content_type.as_str().into());
+        }
+        if !self.attachments.is_empty() {
+            options.insert("attachments".into(), Value::Array(self.attachments.clone()));
+        }
+        let mut value = Map::new();
+        value.insert("text".into(), self.text.as_str().into());
+        if !options.is_empty() {
+            value.insert("messageOptions".into(), Value::Object(options));
+        }
+        (envelope, value)
+    }
+}
+
+/// The `no_reply` verb's record of a silenced turn (turns.md §8.4): the
+/// conversation and triggering message in the envelope, and `reason` as the
+/// literal `given` when the model gave one. The model's text itself never
+/// leaves the process.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NoReplyRecord {
+    /// `envelope.conversationId`.
+    pub conversation_id: String,
+    /// `envelope.messageId`, when the triggering message is known.
+    pub message_id: Option<String>,
+    /// Whether the model gave a non-blank reason.
+    pub reason_given: bool,
+}
+
+impl NoReplyRecord {
+    /// The verb's envelope and value objects.
+    pub fn envelope_and_value(&self) -> (Map<String, Value>, Map<String, Value>) {
+        let mut envelope = Map::new();
+        envelope.insert(
+            "conversationId".into(),
+            self.conversation_id.as_str().into(),
+        );
+        if let Some(id) = &self.message_id {
+            envelope.insert("messageId".into(), id.as_str().into());
+        }
+        let mut value = Map::new();
+        if self.reason_given {
+            value.insert("reason".into(), "given".into());
+        }
+        (envelope, value)
+    }
+}
+
+/// One durable Canon call: a `POST /messages/send` or a `send_to` verb.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DurableCall {
+    /// `POST /messages/send`.
+    Message(SendMessage),
+    /// `POST /agent/verbs/send_to`.
+    SendTo(SendTo),
+}
+
+/// Canon's id of a delivered message, read from a durable send's reply:
+/// `messageId`, else `id`, else `message.id`, the first that is present,
+/// when it is a string (an empty string counts). This is what the daemon
+/// has always reported to Hermes, which is why it differs from
+/// [`SentMessage::from_object`] (which skips empty strings and never reads
+/// `message.id`).
+pub fn delivered_message_id(reply: &Map<String, Value>) -> Option<String> {
+    reply
+        .get("messageId")
+        .or_else(|| reply.get("id"))
+        .or_else(|| reply.get("message").and_then(|m| m.get("id")))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
 /// A sent (or replayed) message.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentMessage {
@@ -917,6 +1041,85 @@ mod tests {
                 .unwrap(),
         );
         assert!(!format!("{status:?}").contains("k-secret"));
+    }
+
+    #[test]
+    fn send_to_puts_routing_keys_in_the_envelope_and_the_rest_in_message_options() {
+        let mut options = Map::new();
+        options.insert("mentions".into(), json!(["u1"]));
+        options.insert("replyToPosition".into(), json!(3));
+        options.insert("other".into(), json!(true));
+        let mut metadata = Map::new();
+        metadata.insert("turnSemantics".into(), json!("turn_complete"));
+        let send = SendTo {
+            conversation_id: "c1".into(),
+            text: "hi".into(),
+            idempotency_key: Some("standalone-1".into()),
+            reply_to: Some("m0".into()),
+            metadata,
+            options,
+            content_type: Some("image/png".into()),
+            attachments: vec![json!({"url": "u"})],
+        };
+        let (envelope, value) = send.envelope_and_value();
+        assert_eq!(
+            Value::Object(envelope),
+            json!({"conversationId": "c1", "idempotencyKey": "standalone-1", "replyTo": "m0",
+                   "mentions": ["u1"], "replyToPosition": 3})
+        );
+        assert_eq!(
+            Value::Object(value),
+            json!({"text": "hi", "messageOptions": {"other": true,
+                   "metadata": {"turnSemantics": "turn_complete"},
+                   "contentType": "image/png", "attachments": [{"url": "u"}]}})
+        );
+        let bare = SendTo {
+            conversation_id: "c1".into(),
+            text: "x".into(),
+            ..SendTo::default()
+        };
+        let (envelope, value) = bare.envelope_and_value();
+        assert_eq!(Value::Object(envelope), json!({"conversationId": "c1"}));
+        assert_eq!(Value::Object(value), json!({"text": "x"}));
+    }
+
+    #[test]
+    fn no_reply_record_never_carries_the_reason_text() {
+        let record = NoReplyRecord {
+            conversation_id: "c1".into(),
+            message_id: Some("m1".into()),
+            reason_given: true,
+        };
+        let (envelope, value) = record.envelope_and_value();
+        assert_eq!(
+            Value::Object(envelope),
+            json!({"conversationId": "c1", "messageId": "m1"})
+        );
+        assert_eq!(Value::Object(value), json!({"reason": "given"}));
+        let bare = NoReplyRecord {
+            conversation_id: "c1".into(),
+            ..NoReplyRecord::default()
+        };
+        let (envelope, value) = bare.envelope_and_value();
+        assert_eq!(Value::Object(envelope), json!({"conversationId": "c1"}));
+        assert!(value.is_empty());
+    }
+
+    #[test]
+    fn delivered_message_id_reads_three_places_in_order() {
+        let id = |v: Value| delivered_message_id(v.as_object().unwrap());
+        assert_eq!(
+            id(json!({"messageId": "a", "id": "b"})).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            id(json!({"id": "b", "message": {"id": "c"}})).as_deref(),
+            Some("b")
+        );
+        assert_eq!(id(json!({"message": {"id": "c"}})).as_deref(), Some("c"));
+        assert_eq!(id(json!({"messageId": ""})).as_deref(), Some(""));
+        assert_eq!(id(json!({"messageId": 7, "id": "b"})), None);
+        assert_eq!(id(json!({})), None);
     }
 
     #[test]

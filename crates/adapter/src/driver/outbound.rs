@@ -2,7 +2,7 @@
 //! read a local file (or download a remote image through the SSRF guard),
 //! upload it (T5) and shape the attachment object and the message
 //! `contentType`. The turn machine then sends the message
-//! ([`crate::turn::Input::Media`], [`crate::turn::StandaloneSend`]).
+//! ([`canon_host::turn::Input::Media`], [`canon_host::turn::StandaloneSend`]).
 //!
 //! Files are read from the path Hermes gives (same user); a file above
 //! [`MAX_UPLOAD_BYTES`] is refused before it is read, with
@@ -13,9 +13,9 @@ use canon_transport::{CanonClient, TransportError};
 use canon_wire::types::{attachment_kind, UploadMedia};
 use serde_json::{Map, Value};
 
-use crate::media::{extension, mime_for_extension, normalize_mime, url_path};
-use crate::protocol::MediaOp;
-use crate::turn::MediaPayload;
+use canon_host::media::{extension, mime_for_extension, normalize_mime, url_path};
+use canon_host::protocol::MediaOp;
+use canon_host::turn::MediaPayload;
 
 /// The per-file upload cap (canon-wire.md §4.4): 10 MiB.
 pub const MAX_UPLOAD_BYTES: u64 = 10 * 1024 * 1024;

@@ -78,7 +78,7 @@
 //! # Example
 //!
 //! ```
-//! use canon_adapter::turn::{
+//! use canon_host::turn::{
 //!     Effect, HostReply, Input, Outcome, ProcessingStart, RequestId, TurnConfig, TurnMachine,
 //!     TurnState,
 //! };

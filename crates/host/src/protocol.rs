@@ -389,7 +389,8 @@ macro_rules! messages {
     ) => {
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq)]
-        #[non_exhaustive]
+        // Closed on purpose: the daemon must handle every kind, so a new
+        // kind fails to compile where it is not handled yet.
         // One message is decoded, handled and dropped at a time, so the size
         // of the largest body costs nothing worth a box per variant.
         #[allow(clippy::large_enum_variant)]
@@ -1573,66 +1574,6 @@ messages! {
         "adapter.fatal" => AdapterFatal(Fatal),
         /// `_mark_connected` / `_mark_disconnected`.
         "adapter.status" => AdapterStatus(AdapterStatus),
-    }
-}
-
-impl From<&crate::turn::SendOutcome> for SendResult {
-    /// The Hermes `SendResult` for a turn-machine answer (turns.md §7.3,
-    /// §7.6, §8.2; hermes-host.md §8.4): staged sends return the turn id as
-    /// `message_id`; suppressed, silenced and duplicate sends succeed with
-    /// no id and a marker in `raw_response`; a failure keeps its text and
-    /// retry flag (a timeout's text contains `timed out` and is never
-    /// retryable, so Hermes neither re-sends nor falls back).
-    fn from(outcome: &crate::turn::SendOutcome) -> SendResult {
-        use crate::turn::SendOutcome as O;
-        let marker = |key: &str, turn_id: &str| {
-            let mut raw = Map::new();
-            raw.insert(key.to_owned(), Value::Bool(true));
-            raw.insert("turnId".to_owned(), Value::from(turn_id));
-            Some(Value::Object(raw))
-        };
-        let ok = SendResult {
-            success: true,
-            ..SendResult::default()
-        };
-        match outcome {
-            O::Preview { turn_id } => SendResult {
-                message_id: Some(turn_id.clone()),
-                ..ok
-            },
-            O::SuppressedAuxiliary { turn_id } => SendResult {
-                raw_response: marker("suppressedAuxiliary", turn_id),
-                ..ok
-            },
-            O::Silenced { turn_id } => SendResult {
-                raw_response: marker("silenced", turn_id),
-                ..ok
-            },
-            O::DuplicateFinal { turn_id } => SendResult {
-                raw_response: marker("duplicateFinal", turn_id),
-                ..ok
-            },
-            O::Delivered { message_id } => SendResult {
-                message_id: message_id.clone(),
-                ..ok
-            },
-            O::Failed { error, retryable } => SendResult {
-                success: false,
-                error: Some(error.clone()),
-                retryable: *retryable,
-                ..SendResult::default()
-            },
-        }
-    }
-}
-
-impl From<ProcessingOutcome> for crate::turn::Outcome {
-    fn from(outcome: ProcessingOutcome) -> crate::turn::Outcome {
-        match outcome {
-            ProcessingOutcome::Success => crate::turn::Outcome::Success,
-            ProcessingOutcome::Failure => crate::turn::Outcome::Failure,
-            ProcessingOutcome::Cancelled => crate::turn::Outcome::Cancelled,
-        }
     }
 }
 

@@ -1,0 +1,112 @@
+//! How the turn machine's answers become shim protocol replies: the Hermes
+//! `SendResult` of a send or edit, and the machine's view of Hermes'
+//! processing outcome. Kept apart so [`crate::protocol`] stays a leaf that
+//! knows nothing of the turn machine.
+
+use serde_json::{Map, Value};
+
+use crate::protocol::{ProcessingOutcome, SendResult};
+use crate::turn::{Outcome, SendOutcome};
+
+impl From<&SendOutcome> for SendResult {
+    /// The Hermes `SendResult` for a turn-machine answer (turns.md §7.3,
+    /// §7.6, §8.2; hermes-host.md §8.4): staged sends return the turn id as
+    /// `message_id`; suppressed, silenced and duplicate sends succeed with
+    /// no id and a marker in `raw_response`; a failure keeps its text and
+    /// retry flag (a timeout's text contains `timed out` and is never
+    /// retryable, so Hermes neither re-sends nor falls back).
+    fn from(outcome: &SendOutcome) -> SendResult {
+        use SendOutcome as O;
+        let marker = |key: &str, turn_id: &str| {
+            let mut raw = Map::new();
+            raw.insert(key.to_owned(), Value::Bool(true));
+            raw.insert("turnId".to_owned(), Value::from(turn_id));
+            Some(Value::Object(raw))
+        };
+        let ok = SendResult {
+            success: true,
+            ..SendResult::default()
+        };
+        match outcome {
+            O::Preview { turn_id } => SendResult {
+                message_id: Some(turn_id.clone()),
+                ..ok
+            },
+            O::SuppressedAuxiliary { turn_id } => SendResult {
+                raw_response: marker("suppressedAuxiliary", turn_id),
+                ..ok
+            },
+            O::Silenced { turn_id } => SendResult {
+                raw_response: marker("silenced", turn_id),
+                ..ok
+            },
+            O::DuplicateFinal { turn_id } => SendResult {
+                raw_response: marker("duplicateFinal", turn_id),
+                ..ok
+            },
+            O::Delivered { message_id } => SendResult {
+                message_id: message_id.clone(),
+                ..ok
+            },
+            O::Failed { error, retryable } => SendResult {
+                success: false,
+                error: Some(error.clone()),
+                retryable: *retryable,
+                ..SendResult::default()
+            },
+        }
+    }
+}
+
+impl From<ProcessingOutcome> for Outcome {
+    fn from(outcome: ProcessingOutcome) -> Outcome {
+        match outcome {
+            ProcessingOutcome::Success => Outcome::Success,
+            ProcessingOutcome::Failure => Outcome::Failure,
+            ProcessingOutcome::Cancelled => Outcome::Cancelled,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn turn_answers_map_onto_send_results() {
+        let check = |outcome: SendOutcome, expected: Value| {
+            let result = SendResult::from(&outcome);
+            assert_eq!(
+                serde_json::to_value(&result).unwrap_or_default(),
+                expected,
+                "{outcome:?}"
+            );
+        };
+        let t = "hermes-0123456789abcdef0123";
+        check(
+            SendOutcome::Preview { turn_id: t.into() },
+            json!({"success": true, "message_id": t, "error": null, "retryable": false, "retry_after": null, "error_kind": null, "raw_response": null}),
+        );
+        check(
+            SendOutcome::SuppressedAuxiliary { turn_id: t.into() },
+            json!({"success": true, "message_id": null, "error": null, "retryable": false, "retry_after": null, "error_kind": null, "raw_response": {"suppressedAuxiliary": true, "turnId": t}}),
+        );
+        check(
+            SendOutcome::Silenced { turn_id: t.into() },
+            json!({"success": true, "message_id": null, "error": null, "retryable": false, "retry_after": null, "error_kind": null, "raw_response": {"silenced": true, "turnId": t}}),
+        );
+        check(
+            SendOutcome::Failed {
+                error: "Canon request timed out".into(),
+                retryable: false,
+            },
+            json!({"success": false, "message_id": null, "error": "Canon request timed out", "retryable": false, "retry_after": null, "error_kind": null, "raw_response": null}),
+        );
+        assert_eq!(
+            Outcome::from(ProcessingOutcome::Cancelled),
+            Outcome::Cancelled
+        );
+    }
+}

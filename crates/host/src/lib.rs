@@ -1,0 +1,38 @@
+//! canon-host: the pure core of the `canon-hermes serve --stdio` daemon,
+//! the part that decides (the tokio shell in `canon-adapter` performs).
+//!
+//! * [`protocol`]: the serde types of the shim ⇄ daemon JSON-lines protocol
+//!   (hermes-host.md §19 in `../shared/spec/`), documented beside the types,
+//!   with golden lines in `fixtures/stdio/`. A leaf: it knows nothing of the
+//!   turn machine.
+//! * [`turn`]: the sans-I/O turn state machine (turns.md §7): host events and
+//!   Canon results in as one closed [`turn::Input`] enum, Canon writes (as
+//!   `canon-wire` types) and host replies out as [`turn::Effect`]s, timers
+//!   through [`turn::TurnMachine::next_deadline`].
+//! * [`answers`]: how turn-machine answers become protocol replies.
+//! * [`media`]: the inbound-media rules (runtime-control.md §8: delivery
+//!   settings, classification, file names, text markers).
+//! * [`hitl`]: the rules of Hermes' blocking clarify and exec-approval
+//!   calls as Canon runtime interactions (timeouts, choices, request shapes,
+//!   answer texts).
+//!
+//! # Invariants
+//!
+//! * Pure: no async runtime, no I/O, no clock reads, no randomness (the
+//!   dependency closure and a source scan are checked by `xtask tidy`).
+//!   Time is `now_ms: u64` (epoch ms); randomness arrives as `u128`
+//!   parameters.
+//! * Never panics on outside input (host frames, Canon results).
+//! * Secrets (reply-authority tokens, API keys, approval reasons) never
+//!   appear in `Debug` output or logs.
+//! * Depends on `canon-wire`, `canon-chunking` and `canon-dispatch` among
+//!   our crates (ARCHITECTURE.md).
+
+pub mod answers;
+pub mod connect;
+pub mod conversations;
+pub mod delivery;
+pub mod hitl;
+pub mod media;
+pub mod protocol;
+pub mod turn;
