@@ -58,8 +58,8 @@ model_url="$(env_value "$work/model.env" OPENAI_BASE_URL)"
 home="$work/hermes"
 plugin="$home/plugins/canon-hermes"
 mkdir -p "$plugin"
-cp "$root/crates/cli/assets/hermes/plugin/canon-hermes/plugin.yaml" \
-   "$root/crates/cli/assets/hermes/plugin/canon-hermes/__init__.py" "$plugin/"
+shim="$root/crates/cli/assets/hermes/plugin/canon-hermes"
+cp "$shim/plugin.yaml" "$shim"/*.py "$plugin/"  # the whole package
 version="$("$bin/canon-hermes" --version | awk '{print $2}')"
 cat >"$plugin/manifest.json" <<JSON
 {"protocol": 1, "binary": "$bin/canon-hermes", "binary_version": "$version",

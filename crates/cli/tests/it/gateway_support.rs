@@ -111,13 +111,50 @@ pub(crate) fn write(path: &Path, text: &str) {
     fs::write(path, text).expect("write");
 }
 
+/// The shim's source directory: the package Hermes imports.
+pub(crate) fn shim_source() -> PathBuf {
+    workspace_root().join("crates/cli/assets/hermes/plugin/canon-hermes")
+}
+
+/// The shim's files: `plugin.yaml` and every module of the package.
+pub(crate) fn shim_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(shim_source())
+        .expect("the shim directory")
+        .map(|entry| entry.expect("a shim directory entry").path())
+        .filter(|path| {
+            path.extension().is_some_and(|e| e == "py")
+                || path.file_name().is_some_and(|n| n == "plugin.yaml")
+        })
+        .collect();
+    files.sort();
+    assert!(
+        files.iter().any(|f| f.ends_with("__init__.py")),
+        "{files:?}"
+    );
+    files
+}
+
+/// Python that loads the shim package in `dir` as module `shim`, the way Hermes loads a plugin
+/// directory (so its relative imports resolve), without writing bytecode next to it.
+pub(crate) fn shim_prelude(dir: &Path) -> String {
+    let init = dir.join("__init__.py");
+    format!(
+        "import importlib.util, sys\n\
+         sys.dont_write_bytecode = True\n\
+         spec = importlib.util.spec_from_file_location('shim', {init:?},\n\
+             submodule_search_locations=[{dir:?}])\n\
+         shim = importlib.util.module_from_spec(spec)\n\
+         sys.modules['shim'] = shim\n\
+         spec.loader.exec_module(shim)\n"
+    )
+}
+
 /// Installs the shim (plugin files + a manifest pinning this binary) into `hermes_home`.
 pub(crate) fn install_shim(hermes_home: &Path) {
-    let src = workspace_root().join("crates/cli/assets/hermes/plugin/canon-hermes");
     let dst = hermes_home.join("plugins/canon-hermes");
-    for name in ["plugin.yaml", "__init__.py"] {
-        let text = fs::read_to_string(src.join(name)).expect("shim file");
-        write(&dst.join(name), &text);
+    for file in shim_files() {
+        let text = fs::read_to_string(&file).expect("shim file");
+        write(&dst.join(file.file_name().expect("a file name")), &text);
     }
     let manifest = json!({
         "protocol": 1,

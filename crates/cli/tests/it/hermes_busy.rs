@@ -411,12 +411,9 @@ fn shim_python(code: &str, env: &[(&str, &str)]) -> String {
     let python = super::gateway_support::hermes_bin().with_file_name("python");
     let home = tempfile::tempdir().expect("scratch dir");
     super::gateway_support::install_shim(home.path());
-    let shim = home.path().join("plugins/canon-hermes/__init__.py");
+    let shim = super::gateway_support::shim_prelude(&home.path().join("plugins/canon-hermes"));
     let prelude = format!(
-        "import asyncio, importlib.util, inspect, sys\n\
-         spec = importlib.util.spec_from_file_location('shim', {shim:?})\n\
-         shim = importlib.util.module_from_spec(spec)\n\
-         spec.loader.exec_module(shim)\n\
+        "{shim}import asyncio, inspect\n\
          from gateway.platform_registry import platform_registry, PlatformEntry\n\
          platform_registry.register(PlatformEntry(name='canon', label='Canon',\n\
              adapter_factory=None, check_fn=lambda: True))\n\
@@ -636,7 +633,7 @@ media = [
     {"path": handoff("d", b"OggS"), "mime_type": "audio/ogg", "kind": "audio", "file_name": None},
     {"path": os.path.join(tmp, "gone"), "mime_type": "video/mp4", "kind": "video", "file_name": "v.mp4"},
 ]
-paths, types = shim._cache_media(media)
+paths, types = shim._adapter._cache_media(media)
 print([os.path.basename(p).split("_")[0] + os.path.splitext(p)[1] for p in paths], types)
 print(open(paths[0], "rb").read() == png, paths[1].endswith("_report.pdf"), os.listdir(tmp))
 print(len(records), any("secret" in r for r in records))
@@ -735,7 +732,7 @@ class Dying(FakeDaemon):
         self.frames.append((kind, body))
         self.dead = True
         fut = concurrent.futures.Future()
-        fut.set_exception(shim.DaemonError.of(shim.EXITED))
+        fut.set_exception(shim._daemon.DaemonError.of(shim._daemon.EXITED))
         return fut
 class Fresh(FakeDaemon):
     def request(self, kind, body):
@@ -751,7 +748,7 @@ for call in (lambda: a.edit_message("c1", "T1", "Hello wor", finalize=False),
     r = asyncio.run(call())
     print(r.success, r.message_id, [k for k, _ in dying.frames], [k for k, _ in fresh.frames][-1:])
 shim.SUPERVISOR.child = dying = Dying()
-r = asyncio.run(a._forward("adapter.send_exec_approval", {"chat_id": "c1"}, 14))
+r = asyncio.run(a._forward("adapter.send_exec_approval", {"chat_id": "c1"}))
 print(r.success, r.error, len(fresh.frames))
 "#;
     let out = shim_python(&format!("{FAKE_RUNNER}{FAKE_DAEMON}{code}"), &[]);

@@ -33,8 +33,8 @@ use canon_sim::{
 use serde_json::{json, Value};
 
 use super::gateway_support::{
-    hermes_bin, hermes_cli, start_gateway, start_gateway_prepared, start_gateway_with,
-    workspace_root, Gateway, GatewayOptions, ANSWER, TURN,
+    hermes_bin, hermes_cli, shim_prelude, shim_source, start_gateway, start_gateway_prepared,
+    start_gateway_with, Gateway, GatewayOptions, ANSWER, TURN,
 };
 
 /// A scripted answer long enough for the stream consumer to edit its bubble several times.
@@ -1223,17 +1223,11 @@ async fn real_gateway_inbound_image_reaches_hermes_cache() {
     assert_eq!(files_under(&tmp), Vec::<std::path::PathBuf>::new());
 }
 
-/// Runs `code` in the venv's Python with the shim loaded as module `shim`; returns stdout.
+/// Runs `code` in the venv's Python with the shim package loaded as module `shim`; returns stdout.
 fn run_shim_python(code: &str) -> String {
     let python = hermes_bin().with_file_name("python");
-    let shim = workspace_root().join("crates/cli/assets/hermes/plugin/canon-hermes/__init__.py");
     let home = tempfile::tempdir().expect("scratch dir");
-    let prelude = format!(
-        "import importlib.util, sys\n\
-         spec = importlib.util.spec_from_file_location('shim', {shim:?})\n\
-         shim = importlib.util.module_from_spec(spec)\n\
-         spec.loader.exec_module(shim)\n"
-    );
+    let prelude = shim_prelude(&shim_source());
     let out = Command::new(python)
         .args(["-c", &format!("{prelude}{code}")])
         .env("HERMES_HOME", home.path())

@@ -1,0 +1,416 @@
+"""The Canon platform adapter: the `BasePlatformAdapter` subclass Hermes drives.
+
+`CanonAdapter` forwards each gateway call (connect, send, edit, media, clarify, exec approval,
+typing, the processing hooks) to the daemon as one request or notification, and serves the
+daemon's requests (inbound messages, runtime control signals, approval and clarify answers,
+queue depth) and notifications on the gateway loop (hermes-host.md §19.6, §19.7). It keeps the
+Canon turns Hermes is running, which it hands to a respawned daemon (the resync), and moves
+inbound media into Hermes' cache. The busy-input seam is its `BusySeam` mixin (`_busy.py`).
+
+This module imports Hermes when it loads: the package imports it only from
+`_make_adapter_class()`, which `register()` calls inside Hermes.
+"""
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import mimetypes
+import os
+import time
+from pathlib import Path
+
+from gateway.config import Platform
+from gateway.platforms import base
+from gateway.platforms.base import BasePlatformAdapter, MessageEvent, MessageType, SendResult
+from gateway.session import build_session_key
+
+from ._busy import BusySeam, event_summary
+from ._constants import (CONTROL_ID_PREFIX, DAEMON_EXITED, INTERNAL, MULTIPLEX_MESSAGE, NOT_CONNECTED, PLATFORM,
+                         STREAMING_OVERFLOW_LIMIT, TIMEOUTS, UNKNOWN_TYPE, MAX_MESSAGE_LENGTH as MESSAGE_LIMIT)
+from ._daemon import CRASH_LOOP, MANIFEST, SUPERVISOR, DaemonError, call, multiplex_active, turn_ctx
+
+OGG = {"audio/ogg": ".ogg", "audio/opus": ".ogg"}  # Hermes' transcription refuses .oga and .opus
+RESENDABLE = ("adapter.send", "adapter.edit")  # idempotent after a respawn (see `_forward`)
+LIMITS = MANIFEST.get("adapter", {})
+INSTANCES = itertools.count(1)  # `adapter_instance`: one number per adapter object
+
+log = logging.getLogger("canon_hermes")
+
+
+def _send_result(body):
+    return SendResult(success=bool(body.get("success")), message_id=body.get("message_id"),
+                      error=body.get("error"), retryable=bool(body.get("retryable")),
+                      raw_response=body.get("raw_response"))
+
+
+def _hitl_settings():
+    """Hermes' approval mode and timeouts for `adapter.connect.host` (hermes-host.md §19.6, Q10)."""
+    out = {}
+    try:
+        from tools import approval
+        out["approvals_mode"] = approval._get_approval_mode()
+        out["approvals_timeout_s"] = float(approval._get_approval_timeout())
+    except Exception as exc:
+        log.debug("canon-hermes: approval settings unavailable: %s", exc)
+    try:
+        from tools.clarify_gateway import get_clarify_timeout
+        out["clarify_timeout_s"] = float(get_clarify_timeout())
+    except Exception as exc:
+        log.debug("canon-hermes: clarify timeout unavailable: %s", exc)
+    return out
+
+
+def _cache_media(media):
+    """Moves the daemon's hand-off files (0600, under <CANON_HOME>/tmp) into Hermes' cache with the
+    helper for their kind (hermes-host.md §19.7, Q8): returns (paths, MIME types) without the
+    items Hermes refuses; every temp file is deleted either way."""
+    paths, types = [], []
+    for item in media:
+        path, kind, name, mime = (item.get(k) or "" for k in ("path", "kind", "file_name", "mime_type"))
+        try:
+            data = Path(path).read_bytes()
+            if kind == "document":
+                paths.append(base.cache_document_from_bytes(data, name or "document"))
+            else:  # cache_image_from_bytes, cache_audio_from_bytes, cache_video_from_bytes
+                helper = getattr(base, "cache_%s_from_bytes" % kind)
+                ext = Path(name).suffix.lower() or OGG.get(mime) or mimetypes.guess_extension(mime)
+                paths.append(helper(data, ext) if ext else helper(data))
+            types.append(mime)
+        except Exception as exc:  # its message may quote the bytes: log the type only
+            log.warning("canon-hermes: inbound %s attachment dropped (%s)", kind, type(exc).__name__)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return paths, types
+
+
+def _done(kind, then):
+    """A done-callback (reader thread): logs a failed `kind`, else hands its result to `then`."""
+    def callback(fut):
+        if fut.exception():
+            log.warning("canon-hermes: %s failed: %s", kind, fut.exception())
+        else:
+            then(fut.result())
+    return callback
+
+
+class CanonAdapter(BusySeam, BasePlatformAdapter):
+    MAX_MESSAGE_LENGTH = LIMITS.get("max_message_length", MESSAGE_LIMIT)
+    REQUIRES_EDIT_FINALIZE = True
+    splits_long_messages = True
+    name = "Canon"
+    authorization_is_upstream = True
+    message_len_fn = staticmethod(lambda text: len(text.encode("utf-8")))
+
+    def __init__(self, config):
+        if multiplex_active():
+            raise RuntimeError(MULTIPLEX_MESSAGE)
+        super().__init__(config, Platform(PLATFORM))
+        self._instance, self._loop = next(INSTANCES), None
+        self._init_busy()
+        self._open = {}  # session_key → open turn, resent by `resync`
+        self._runs = {}  # session_key → event_ref of the Canon turn Hermes is running
+
+    def streaming_overflow_limit(self):
+        return LIMITS.get("streaming_overflow_limit", STREAMING_OVERFLOW_LIMIT)
+
+    # ----- connection -----
+
+    def _connect_body(self, is_reconnect):
+        return {"is_reconnect": is_reconnect, "adapter_instance": self._instance,
+                "config": {"extra": dict(getattr(self.config, "extra", None) or {}),
+                           "typing_indicator": getattr(self.config, "typing_indicator", True)},
+                "host": dict(_hitl_settings(), streaming_enabled=True,
+                             busy_input_mode=getattr(self._runner, "_busy_input_mode", None)),
+                "seams": {"busy_handler": self._routing, "dequeue_ack": self._wrapper_owned()}}
+
+    async def connect(self, *, is_reconnect=False):
+        self._loop = asyncio.get_running_loop()
+        sup = SUPERVISOR
+        with sup.crash_lock:  # a fresh adapter starts a fresh crash-loop count
+            sup.halted, sup.crashes, sup.adapter = False, [], None
+        try:
+            body = await asyncio.to_thread(self._attach, await sup.aget(), is_reconnect)
+        except DaemonError as exc:
+            self._set_fatal_error(exc.code, str(exc), retryable=exc.retryable)
+            return False
+        except Exception as exc:
+            self._set_fatal_error("connect_failed", str(exc), retryable=False)
+            return False
+        if body.get("agent_name"):
+            os.environ["HERMES_CANON_AGENT_NAME"] = body["agent_name"]
+        sup.adapter = self
+        self._mark_connected()
+        return True
+
+    def _attach(self, d, is_reconnect):
+        """Routes the child's frames here and sends `adapter.connect` (blocking)."""
+        d.handler = lambda frame: self._on_frame(d, frame)
+        body = d.call("adapter.connect", self._connect_body(is_reconnect), TIMEOUTS["adapter.connect"])
+        if not body.get("connected"):
+            raise DaemonError.of(body.get("fatal") or {}, "connect_failed")
+        return body
+
+    def _resync(self, d):
+        """After a respawn (worker thread): reconnect, then hand the open turns over."""
+        self._attach(d, True)
+        turns = list(self._open.values())
+        depths = {t["session_key"]: self._depth(t["session_key"]) for t in turns}
+        d.call("resync", {"adapter_connected": True, "open_turns": turns, "queue_depths": depths},
+               TIMEOUTS["resync"])
+        log.info("canon-hermes daemon respawned; resynced %d open turn(s)", len(turns))
+
+    def _crash_loop(self):
+        def fatal():
+            self._set_fatal_error("daemon_crash_loop", CRASH_LOOP, retryable=True)
+            asyncio.ensure_future(self._notify_fatal_error())
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(fatal)
+
+    async def disconnect(self):
+        d = SUPERVISOR.stop() if SUPERVISOR.adapter in (self, None) else None
+        if d is not None and d.alive():
+            for kind, body in (("adapter.disconnect", {"adapter_instance": self._instance}),
+                               ("shutdown", {"reason": "disconnect"})):
+                try:
+                    await d.acall(kind, body, TIMEOUTS[kind])
+                except DaemonError:
+                    pass
+            await asyncio.to_thread(d.close)
+        self._mark_disconnected()
+
+    # ----- gateway → daemon -----
+
+    async def _forward(self, kind, body):
+        # A send or edit cut off by a daemon crash is sent once more to the respawned,
+        # resynced child: an edit carries the whole text, and a final lands on the same
+        # operation-bound id. Failing it instead would flip Hermes' stream consumer into
+        # tail-only fallback for the rest of the answer (hermes-host.md §10).
+        for attempt in (1, 2):
+            try:
+                return _send_result(await call(kind, body))
+            except DaemonError as exc:
+                if attempt == 1 and exc.code == DAEMON_EXITED and kind in RESENDABLE:
+                    continue
+                return _send_result({"error": str(exc), "retryable": exc.retryable})
+
+    async def send(self, chat_id, content, reply_to=None, metadata=None):
+        return await self._forward("adapter.send", {
+            "chat_id": chat_id, "content": content, "reply_to": reply_to,
+            "metadata": metadata, "ctx": turn_ctx()})
+
+    async def _media(self, op, chat_id, caption, reply_to, metadata, kwargs, **fields):
+        # hermes-host.md §19.6: the daemon reads the file (same user) and uploads it.
+        body = {"op": op, "chat_id": chat_id, "caption": caption, "reply_to": reply_to,
+                "metadata": metadata, "ctx": turn_ctx()}
+        body.update({k: v for k, v in fields.items() if v is not None})
+        if isinstance(kwargs.get("mime_type"), str):
+            body["mime_type"] = kwargs["mime_type"]
+        duration = kwargs.get("duration")
+        if isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration >= 0:
+            body["duration_ms"] = int(duration * 1000)
+        return await self._forward("adapter.send_media", body)
+
+    async def send_image(self, chat_id, image_url, caption=None, reply_to=None, metadata=None):
+        return await self._media("image_url", chat_id, caption, reply_to, metadata, {}, url=image_url)
+
+    async def send_image_file(self, chat_id, image_path, caption=None, reply_to=None, metadata=None, **kwargs):
+        return await self._media("image_file", chat_id, caption, reply_to, metadata, kwargs,
+                                 path=str(image_path))
+
+    async def send_voice(self, chat_id, audio_path, caption=None, reply_to=None, metadata=None, **kwargs):
+        return await self._media("voice", chat_id, caption, reply_to, metadata, kwargs, path=str(audio_path))
+
+    async def send_video(self, chat_id, video_path, caption=None, reply_to=None, metadata=None, **kwargs):
+        return await self._media("video", chat_id, caption, reply_to, metadata, kwargs, path=str(video_path))
+
+    async def send_document(self, chat_id, file_path, caption=None, file_name=None, reply_to=None,
+                            metadata=None, **kwargs):
+        return await self._media("document", chat_id, caption, reply_to, metadata, kwargs,
+                                 path=str(file_path), file_name=file_name)
+
+    async def edit_message(self, chat_id, message_id, content, *, finalize=False, metadata=None):
+        return await self._forward("adapter.edit", {
+            "chat_id": chat_id, "message_id": message_id, "content": content,
+            "finalize": finalize, "metadata": metadata, "ctx": turn_ctx()})
+
+    async def send_clarify(self, chat_id, question, choices, clarify_id, session_key, metadata=None):
+        return await self._forward("adapter.send_clarify", {
+            "chat_id": chat_id, "question": question, "choices": list(choices or []),
+            "clarify_id": clarify_id, "session_key": session_key, "metadata": metadata,
+            "ctx": turn_ctx()})
+
+    async def send_exec_approval(self, chat_id, command, session_key, description="dangerous command",
+                                 metadata=None, allow_permanent=True, smart_denied=False, **kwargs):
+        body = {"chat_id": chat_id, "command": command, "session_key": session_key,
+                "description": description, "metadata": metadata, "allow_permanent": bool(allow_permanent),
+                "smart_denied": bool(smart_denied), "ctx": turn_ctx()}
+        if kwargs.get("allow_session") is not None:  # hermes-host.md Q2 (newer hosts)
+            body["allow_session"] = bool(kwargs["allow_session"])
+        return await self._forward("adapter.send_exec_approval", body)
+
+    def _note(self, kind, body):
+        d = SUPERVISOR.peek()
+        if d is not None:
+            d.notify(kind, body)
+
+    async def send_typing(self, chat_id, metadata=None):
+        self._note("typing", {"chat_id": chat_id, "on": True, "metadata": metadata})
+
+    async def stop_typing(self, chat_id, metadata=None):
+        self._note("typing", {"chat_id": chat_id, "on": False, "metadata": metadata})
+
+    async def get_chat_info(self, chat_id):
+        try:
+            return await call("adapter.chat_info", {"chat_id": chat_id})
+        except DaemonError:
+            return {"name": chat_id, "type": "dm", "id": chat_id}
+
+    def _key(self, source):
+        extra = getattr(self.config, "extra", None) or {}
+        return build_session_key(source, extra.get("group_sessions_per_user", True),
+                                 extra.get("thread_sessions_per_user", False))
+
+    @staticmethod
+    def _ref(event):
+        return getattr(event, "_canon_ref", None) or "shim:%x" % id(event)
+
+    def _track(self, key, ref, summary, started, body):
+        """Keeps the turn Canon opened for `ref` for `resync` while it still runs."""
+        if body.get("turn_id") and self._runs.get(key) == ref:
+            self._open[key] = {"event_ref": ref, "session_key": key, "turn_id": body["turn_id"],
+                               "event": summary, "started_at_ms": started}
+
+    def _restore_noop(self, event):
+        """Hermes' no-op pass for a message that arrived during its startup restore
+        (hermes-host.md §9.5): the runner queues the event and replays the same object later,
+        marked as a replay."""
+        runner = getattr(self, "gateway_runner", None) or self._runner
+        return bool(getattr(runner, "_startup_restore_in_progress", False)) and not event.internal \
+            and not getattr(event, "_hermes_startup_restore_replay", False)
+
+    async def on_processing_start(self, event):
+        if self._restore_noop(event):  # no Canon turn; the replay opens the real one
+            event._canon_restore_noop = True
+            return
+        key, ref, summary = self._key(event.source), self._ref(event), event_summary(event)
+        started = int(time.time() * 1000)
+        self._runs[key] = ref
+        self._cut.discard(key)
+        body = await call("turn.start", {"event_ref": ref, "session_key": key, "event": summary,
+                                         "queue_depth": self._depth(key)})
+        self._track(key, ref, summary, started, body)
+
+    async def on_processing_complete(self, event, outcome):
+        if vars(event).pop("_canon_restore_noop", False):  # the no-op pass's end
+            return
+        key = self._key(event.source)
+        self._open.pop(key, None)
+        self._runs.pop(key, None)
+        await call("turn.complete", {"event_ref": self._ref(event), "session_key": key,
+                                     "outcome": getattr(outcome, "value", str(outcome)),
+                                     "queue_depth": self._depth(key)})
+
+    def _dequeued(self, key, event):
+        """The runner dequeued `event` to run next inside the same run (hermes-host.md §12.2): a
+        new Canon turn (turns.md §10.3, OQ-18); the daemon places the boundary. Never blocks.
+        `interrupted`: this adapter interrupted the running agent, whose turn is cancelled."""
+        interrupted, ref, summary = key in self._cut, self._ref(event), event_summary(event)
+        self._cut.discard(key)
+        self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
+        self._runs[key], started = ref, int(time.time() * 1000)
+        d = SUPERVISOR.peek()
+        if d is None:
+            log.warning("canon-hermes: daemon down; turn boundary for %s lost", key)
+            return
+        body = {"event_ref": ref, "session_key": key, "event": summary, "phase": "queue_dequeue",
+                "queue_depth": self._depth(key), "interrupted": interrupted,
+                "absorbed_refs": list(getattr(event, "_canon_absorbed_queued_ids", ()))}
+        d.request("turn.accepted", body).add_done_callback(_done(
+            "turn.accepted", lambda result: self._track(key, ref, summary, started, result)))
+
+    # ----- daemon → gateway (frames arrive on the reader thread) -----
+
+    def _on_frame(self, d, frame):
+        kind, rid, body = frame.get("type"), frame.get("id"), frame.get("body") or {}
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._dispatch(d, kind, rid, body), self._loop)
+        elif rid:
+            d.respond(rid, kind, error={"code": NOT_CONNECTED, "message": "no loop", "retryable": True})
+
+    async def _dispatch(self, d, kind, rid, body):
+        try:
+            result = await self._handle(kind, body)
+        except Exception as exc:
+            log.exception("canon-hermes: %s failed", kind)
+            if rid:
+                d.respond(rid, kind, error={"code": INTERNAL, "message": str(exc), "retryable": False})
+            return
+        if rid and result is None:
+            d.respond(rid, kind, error={"code": UNKNOWN_TYPE, "message": kind, "retryable": False})
+        elif rid:
+            d.respond(rid, kind, result)
+
+    async def _handle(self, kind, body):
+        if kind == "inbound.message":
+            media = await asyncio.to_thread(_cache_media, body["event"].get("media") or [])
+            await self.handle_message(self._event(body["event"], body["event_ref"], *media))
+            return {"accepted": True}
+        if kind == "control.signal":
+            await self._control(body)
+            return {}
+        if kind == "host.queue_depth":
+            return {"depth": self._depth(body["session_key"])}
+        if kind == "approval.resolve":
+            from tools.approval import resolve_gateway_approval
+            count = resolve_gateway_approval(body["session_key"], body["choice"], resolve_all=False)
+            return {"resolved": int(count or 0)}
+        if kind == "clarify.resolve":
+            from tools.clarify_gateway import resolve_gateway_clarify
+            return {"resolved": bool(resolve_gateway_clarify(body["clarify_id"], body["response"]))}
+        if kind == "typing.pause":
+            self.pause_typing_for_chat(body["chat_id"])
+        elif kind == "typing.resume":
+            self.resume_typing_for_chat(body["chat_id"])
+        elif kind == "adapter.fatal":
+            self._set_fatal_error(body.get("code"), body.get("message"), retryable=bool(body.get("retryable")))
+            await self._notify_fatal_error()
+        elif kind == "adapter.status":
+            (self._mark_connected if body.get("connected") else self._mark_disconnected)()
+        return None
+
+    async def _control(self, body):
+        """A Canon runtime signal as a synthetic `/stop` or `/new` (hermes-host.md §12.3, §19.7);
+        the daemon names the user (`updated_by`)."""
+        signal = body.get("signal")
+        event = self._event({
+            "text": "/new" if signal == "new_session" else "/stop", "raw": {"canonSignal": signal},
+            "message_id": CONTROL_ID_PREFIX + "%s:%s" % (signal, time.time()),
+            "source": {"chat_id": body["chat_id"], "chat_name": body.get("chat_name"),
+                       "chat_type": body.get("chat_type"), "user_name": "Canon",
+                       "user_id": body.get("updated_by")}}, None)
+        key = self._key(event.source)
+        if signal == "stop_and_drop":
+            self._drop_queue(key)
+        await self.handle_message(event)
+        if signal == "stop_and_drop":
+            self._drop_queue(key)
+
+    def _event(self, ev, ref, media_urls=(), media_types=()):
+        src = ev.get("source") or {}
+        source = self.build_source(chat_id=src.get("chat_id"), chat_name=src.get("chat_name"),
+                                   chat_type=src.get("chat_type") or "dm", user_id=src.get("user_id"),
+                                   user_name=src.get("user_name"), thread_id=src.get("thread_id"))
+        try:
+            mtype = MessageType(ev.get("message_type") or "text")
+        except ValueError:
+            mtype = MessageType.TEXT
+        meta = dict(ev.get("metadata") or {})
+        event = MessageEvent(text=ev.get("text") or "", message_type=mtype, source=source,
+                             raw_message=ev.get("raw"), message_id=ev.get("message_id"),
+                             reply_to_message_id=ev.get("reply_to_message_id"),
+                             media_urls=list(media_urls), media_types=list(media_types),
+                             channel_prompt=ev.get("channel_prompt"), channel_context=ev.get("channel_context"),
+                             internal=bool(ev.get("internal")), metadata=meta)
+        event._canon_ref, event.delivery_intent = ref, meta.get("deliveryIntent")
+        return event

@@ -1,0 +1,43 @@
+"""Constants the shim shares with the Rust daemon, `canon-hermes serve --stdio`.
+
+Each value mirrors a Rust constant, named in its comment; the Rust test
+crates/cli/tests/it/shim_constants.rs imports this module and fails when either side changes
+alone. No imports: this module loads without Hermes.
+"""
+
+PROTOCOL = 1  # canon_adapter::protocol::PROTOCOL_VERSION
+AUDITED_HERMES = "0.19.0"  # canon_adapter::driver::AUDITED_HERMES
+AUDITED_PYTHON = "3.11"  # canon_adapter::driver::AUDITED_PYTHON
+# The refusal of a host outside that pair, worded as canon_adapter::protocol::negotiate words it.
+HOST_REFUSAL = "Canon requires hermes-agent %s on Python %s; found %s on %s"
+MULTIPLEX_MESSAGE = (  # canon_adapter::protocol::MULTIPLEX_MESSAGE
+    "Canon cannot start while Hermes gateway.multiplex_profiles is enabled. The Canon adapter "
+    "still uses process-global profile, credential, and hook state, so multiplexing could cross "
+    "profile boundaries. Set gateway.multiplex_profiles: false and run one Hermes gateway "
+    "process per Canon profile."
+)
+PLATFORM = "canon"  # canon_adapter::driver::PLATFORM: the turn context's platform inside Canon
+# The turn context's fields, in the order of canon_adapter::protocol::TurnContext.
+CTX_VARS = ("platform", "chat_id", "chat_name", "thread_id", "user_id", "user_name",
+            "session_key", "session_id", "message_id", "profile")
+CONTROL_ID_PREFIX = "canon-control:"  # canon_adapter::turn::CONTROL_EVENT_PREFIX
+STANDALONE_FAILED = "Canon standalone send failed"  # a standalone send's error without a reason
+STANDALONE_ERROR_PREFIX = STANDALONE_FAILED + ": "  # canon_adapter::turn::STANDALONE_ERROR_PREFIX
+# The adapter's limits when the manifest names none, in UTF-8 bytes:
+MAX_MESSAGE_LENGTH = 3900  # canon_chunking::limits::HOST_MAX_MESSAGE_LENGTH
+STREAMING_OVERFLOW_LIMIT = 60800  # canon_chunking::limits::STREAMED_ANSWER_MAX_BYTES
+
+# How long the shim waits for the answer to each request it sends, in seconds:
+# canon_adapter::protocol::SHIM_TIMEOUTS (hermes-host.md §19.6). `turn.accepted` is sent without
+# waiting, and this shim sends no `tool.call`.
+TIMEOUTS = {
+    "hello": 10, "probe": 5, "adapter.connect": 28, "adapter.disconnect": 10,
+    "adapter.send": 120, "adapter.edit": 120, "adapter.send_media": 300,
+    "adapter.send_clarify": 14, "adapter.send_exec_approval": 14, "adapter.chat_info": 10,
+    "turn.start": 30, "turn.complete": 600, "standalone.send": 120, "resync": 30, "shutdown": 5,
+}
+EXIT_WAIT = 5  # seconds from stdin EOF to SIGTERM; at least canon_adapter::driver::EXIT_GRACE
+
+# Error codes the shim sets itself: values of canon_adapter::protocol::ErrorCode.
+BACKPRESSURE, TIMEOUT, DAEMON_EXITED = "backpressure", "timeout", "daemon_exited"
+NOT_CONNECTED, UNKNOWN_TYPE, INTERNAL = "not_connected", "unknown_type", "internal"

@@ -1,0 +1,350 @@
+"""The daemon child: spawning `canon-hermes serve --stdio`, the JSON-lines frames over its stdin and
+stdout, and its respawn after a crash (hermes-host.md §19.3, §19.4, §19.10, §19.11).
+
+`Daemon` is one child process with three threads: a writer draining a bounded queue into its
+stdin, a reader resolving the futures of the shim's requests from its stdout and handing the
+daemon's own frames to a handler, and one forwarding its stderr log lines to the logger
+`canon_hermes.daemon`. `Supervisor` owns the one child of this Python process (`SUPERVISOR`,
+which survives re-registration): it spawns it lazily, respawns it in the background with backoff
+while an adapter is connected (which then reconnects and resyncs its open turns), and gives up
+after too many exits. The frame helpers (`encode`, `decode`, the envelope builders, `settle`) are
+pure; crates/cli/tests/it/shim_golden.rs feeds them the golden lines of fixtures/stdio/.
+
+Also here: what the `hello` reports about this host (manifest hash, Hermes and Python versions,
+the multiplex flag) and `turn_ctx`, the turn context attached to requests made inside a turn.
+Standard library only; Hermes is imported inside the functions that read it, so this module
+loads without Hermes.
+"""
+
+import asyncio
+import concurrent.futures
+import hashlib
+import importlib.metadata
+import itertools
+import json
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ._constants import (BACKPRESSURE, CTX_VARS, DAEMON_EXITED, EXIT_WAIT, INTERNAL, NOT_CONNECTED,
+                         PROTOCOL, TIMEOUT, TIMEOUTS)
+
+MULTIPLEX_UNKNOWN = (
+    "Canon could not verify whether the Hermes gateway is multiplexing profiles, "
+    "so startup was refused."
+)
+CRASH_LOOP = "canon-hermes daemon keeps exiting; see gateway.log"
+BACKOFF = (0.5, 1, 2, 4, 8, 16, 30)  # seconds before the n-th background respawn
+CRASH_LIMIT, CRASH_WINDOW = 5, 300  # that many exits within that many seconds = crash loop
+KILL_WAIT = 2  # seconds from SIGTERM to SIGKILL
+QUEUE_FRAMES = 1024  # frames waiting for the writer at most; beyond, requests fail `backpressure`
+EXITED = {"code": DAEMON_EXITED, "message": "canon-hermes daemon exited"}
+
+log = logging.getLogger("canon_hermes")
+daemon_log = logging.getLogger("canon_hermes.daemon")
+HERE = Path(__file__).resolve().parent
+
+
+def _manifest():
+    path = HERE / "manifest.json"
+    raw = path.read_bytes() if path.exists() else b"{}"
+    return json.loads(raw or b"{}"), hashlib.sha256(raw).hexdigest()
+
+
+MANIFEST, MANIFEST_SHA256 = _manifest()
+
+
+# ----- host facts -----
+
+def hermes_version():
+    try:
+        return importlib.metadata.version("hermes-agent")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def python_version():
+    return "%d.%d.%d" % sys.version_info[:3]
+
+
+def multiplex_active():
+    try:
+        from agent.secret_scope import is_multiplex_active
+    except Exception as exc:  # the probe itself is unavailable
+        raise RuntimeError(MULTIPLEX_UNKNOWN) from exc
+    return bool(is_multiplex_active())
+
+
+def _multiplex_flag():
+    try:
+        return multiplex_active()
+    except RuntimeError:
+        return True  # unverifiable counts as multiplexing: the daemon refuses
+
+
+def turn_ctx():
+    """The task-local turn context, read in the calling thread or task (hermes-host.md §19.6)."""
+    from gateway.session_context import get_session_env
+    return {name: get_session_env("HERMES_SESSION_" + name.upper(), "") or None for name in CTX_VARS}
+
+
+def binary():
+    found = os.environ.get("CANON_HERMES_BIN") or MANIFEST.get("binary") or shutil.which("canon-hermes")
+    if not found:
+        raise RuntimeError("canon-hermes binary not found (set CANON_HERMES_BIN or put it on PATH)")
+    return found
+
+
+# ----- frames -----
+
+class DaemonError(Exception):
+    def __init__(self, code, message, retryable=False):
+        super().__init__(message)
+        self.code, self.retryable = code, retryable
+
+    @classmethod
+    def of(cls, err, default=INTERNAL):
+        return cls(err.get("code", default), err.get("message", ""), bool(err.get("retryable")))
+
+
+def encode(frame):
+    """A frame as its line on the wire: compact JSON (non-ASCII escaped), then LF."""
+    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line):
+    """A line read from the daemon as its frame; ValueError when it is not JSON."""
+    return json.loads(line)
+
+
+def request_frame(kind, rid, body):
+    return {"v": PROTOCOL, "type": kind, "id": rid, "body": body}
+
+
+def notification_frame(kind, body):
+    return {"v": PROTOCOL, "type": kind, "body": body}
+
+
+def response_frame(rid, kind, body=None, error=None):
+    tail = {"body": body or {}} if error is None else {"error": error}
+    return dict({"v": PROTOCOL, "id": rid, "re": kind, "ok": error is None}, **tail)
+
+
+def is_response(frame):
+    """Whether a decoded frame answers one of the shim's requests (else the daemon sent it)."""
+    return "ok" in frame and "id" in frame
+
+
+def settle(fut, frame):
+    """Resolves a request's future from its response: the body, or the error as DaemonError."""
+    if fut.done():
+        return
+    if frame["ok"]:
+        fut.set_result(frame.get("body") or {})
+    else:
+        fut.set_exception(DaemonError.of(frame.get("error") or {}))
+
+
+# ----- the child -----
+
+class Daemon:
+    """One `canon-hermes serve --stdio` child: writer, reader and stderr threads."""
+
+    def __init__(self, on_exit=None):
+        home = os.environ.get("HERMES_HOME") or str(Path.home() / ".hermes")
+        env = dict(os.environ, HERMES_HOME=home, CANON_HERMES_SHIM_PROTOCOL=str(PROTOCOL),
+                   CANON_HERMES_PARENT_PID=str(os.getpid()))
+        self.proc = subprocess.Popen([binary(), "serve", "--stdio"], cwd=home, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.ids, self.pending, self.lock = itertools.count(1), {}, threading.Lock()
+        self.out = queue.Queue(maxsize=QUEUE_FRAMES)
+        self.handler = None  # callable(frame) for daemon-originated frames
+        self.dead = self.closing = False
+        self.on_exit = on_exit  # called on an unexpected exit
+        for target in (self._write_loop, self._read_loop, self._stderr_loop):
+            threading.Thread(target=target, daemon=True, name="canon-hermes-" + target.__name__).start()
+        try:
+            self.hello = self.call("hello", {
+                "protocols": [PROTOCOL], "manifest_sha256": MANIFEST_SHA256,
+                "shim_version": MANIFEST.get("binary_version", ""),
+                "binary_version": MANIFEST.get("binary_version", ""),
+                "hermes_version": hermes_version(), "python_version": python_version(),
+                "pid": os.getpid(), "hermes_home": home, "profile_name": None,
+                "multiplex_active": _multiplex_flag(), "seams": {"busy_handler": False, "dequeue_ack": False},
+            }, TIMEOUTS["hello"])
+        except Exception:
+            self.close()
+            raise
+
+    def alive(self):
+        return not self.dead and self.proc.poll() is None
+
+    def post(self, frame):
+        try:
+            self.out.put_nowait(frame)
+            return True
+        except queue.Full:
+            return False
+
+    def request(self, kind, body):
+        fut, rid = concurrent.futures.Future(), "s:%d" % next(self.ids)
+        with self.lock:
+            if not self.dead:
+                self.pending[rid] = fut
+        if self.dead:
+            fut.set_exception(DaemonError.of(EXITED))
+        elif not self.post(request_frame(kind, rid, body)):
+            with self.lock:
+                self.pending.pop(rid, None)
+            fut.set_exception(DaemonError(BACKPRESSURE, "canon-hermes daemon busy", True))
+        return fut
+
+    def call(self, kind, body, timeout):
+        try:
+            return self.request(kind, body).result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise DaemonError(TIMEOUT, "canon-hermes daemon timed out") from None
+
+    async def acall(self, kind, body, timeout):
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(self.request(kind, body)), timeout)
+        except asyncio.TimeoutError:
+            raise DaemonError(TIMEOUT, "canon-hermes daemon timed out") from None
+
+    def notify(self, kind, body):
+        self.post(notification_frame(kind, body))
+
+    def respond(self, rid, kind, body=None, error=None):
+        self.post(response_frame(rid, kind, body, error))
+
+    def close(self):
+        """stdin EOF, then SIGTERM, then SIGKILL of this child only."""
+        self.closing = True
+        self.post(None)
+        for wait, escalate in ((EXIT_WAIT, self.proc.terminate), (KILL_WAIT, self.proc.kill)):
+            try:
+                self.proc.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                escalate()
+
+    def _write_loop(self):
+        while True:
+            frame = self.out.get()
+            try:
+                if frame is None:
+                    self.proc.stdin.close()
+                    return
+                self.proc.stdin.write(encode(frame))
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                return
+
+    def _read_loop(self):
+        for line in self.proc.stdout:
+            try:
+                frame = decode(line)
+            except ValueError:
+                daemon_log.warning("non-JSON line on daemon stdout")
+                continue
+            if is_response(frame):
+                with self.lock:
+                    fut = self.pending.pop(frame["id"], None)
+                if fut is not None:
+                    settle(fut, frame)
+            elif self.handler is not None:
+                self.handler(frame)
+            elif "id" in frame:
+                self.respond(frame["id"], frame.get("type"), error={
+                    "code": NOT_CONNECTED, "message": "no adapter", "retryable": True})
+        with self.lock:  # EOF: the child is gone
+            self.dead, pending, self.pending = True, self.pending, {}
+        self.post(None)
+        if self.on_exit is not None and not self.closing:  # before a waiting hello can close()
+            self.on_exit(self)
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(DaemonError.of(EXITED))
+
+    def _stderr_loop(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            level = logging.getLevelName((line.split() or [""])[0].upper())  # `LEVEL target: message`
+            daemon_log.log(level if isinstance(level, int) else logging.INFO, "%s", line)
+
+
+class Supervisor:
+    """The one child of this process: lazy spawn, respawn with backoff, resync."""
+
+    def __init__(self):
+        self.child = None  # published only once hello (and, with an adapter, the resync) succeeded
+        self.lock = threading.RLock()
+        self.adapter = None  # the connected adapter, if any
+        self.crashes, self.halted, self.crash_lock = [], False, threading.Lock()
+
+    def peek(self):
+        d = self.child
+        return d if d is not None and d.alive() else None
+
+    def get(self):
+        """The live child, spawned (and the connected adapter resynced) when needed. Blocking."""
+        with self.lock:
+            if self.peek() is not None:
+                return self.child
+            if self.halted:
+                raise DaemonError("daemon_crash_loop", CRASH_LOOP, True)
+            respawn, adapter = self.child is not None, self.adapter
+            d = Daemon(self._crashed)
+            if respawn and adapter is not None:
+                try:
+                    adapter._resync(d)
+                except Exception:
+                    d.close()
+                    raise
+            self.child = d
+            return d
+
+    async def aget(self):
+        return self.peek() or await asyncio.to_thread(self.get)
+
+    def _crashed(self, _daemon):
+        """Counts an unexpected exit (reader thread; never takes `lock`, which a spawn waiting
+        for its hello may hold); schedules a background respawn, or declares a crash loop."""
+        now = time.monotonic()
+        with self.crash_lock:
+            self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW] + [now]
+            adapter, n = self.adapter, len(self.crashes)
+            self.halted = n >= CRASH_LIMIT
+        log.warning("canon-hermes daemon exited (%d exit(s) in %ds)", n, CRASH_WINDOW)
+        if adapter is not None and self.halted:
+            adapter._crash_loop()
+        elif adapter is not None:
+            threading.Thread(target=self._respawn_later, args=(BACKOFF[min(n, len(BACKOFF)) - 1],),
+                             daemon=True).start()
+
+    def _respawn_later(self, delay):
+        time.sleep(delay)
+        if self.adapter is not None and not self.halted:
+            try:
+                self.get()
+            except Exception as exc:
+                log.warning("canon-hermes daemon respawn failed: %s", exc)
+
+    def stop(self):
+        with self.lock:
+            d, self.child, self.adapter = self.child, None, None
+        return d
+
+
+SUPERVISOR = Supervisor()  # survives re-registration (hermes-host.md §2.5): one child per process
+
+
+async def call(kind, body):
+    """`kind` on the live child (spawned when needed) from the gateway loop, with its timeout."""
+    return await (await SUPERVISOR.aget()).acall(kind, body, TIMEOUTS[kind])
