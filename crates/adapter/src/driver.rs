@@ -169,13 +169,8 @@ use canon_host::conversations::{
 };
 use canon_host::delivery;
 use canon_host::hitl;
+use canon_host::protocol::{AUDITED_HERMES, AUDITED_PYTHON, PLATFORM};
 pub mod outbound;
-
-/// The `hermes-agent` version the shim must run on (hermes-host.md §16).
-pub const AUDITED_HERMES: &str = "0.19.0";
-
-/// The Python `major.minor` the shim must run on (hermes-host.md §16).
-pub const AUDITED_PYTHON: &str = "3.11";
 
 /// Frames buffered between the stdin reader and the loop, and between the
 /// loop and the stdout writer (hermes-host.md §19.9).
@@ -229,7 +224,7 @@ const MAX_DISPOSITION_RETRIES: usize = 256;
 
 /// Budget of a `probe` with `verify: true`, inside the shim's 5 s timeout
 /// (hermes-host.md §19.6).
-const PROBE_VERIFY_BUDGET: Duration = Duration::from_secs(4);
+pub const PROBE_VERIFY_BUDGET: Duration = Duration::from_secs(4);
 
 /// Consumed signals buffered between the signal tasks and the loop.
 const SIGNAL_FRAMES: usize = 64;
@@ -1342,7 +1337,7 @@ impl Driver {
                     let request = self.register(id, re);
                     self.feed(Input::NoReply(NoReplyRequest {
                         request,
-                        in_canon_context: call.ctx.platform.as_deref() == Some("canon"),
+                        in_canon_context: call.ctx.platform.as_deref() == Some(PLATFORM),
                         session_key: call.ctx.session_key,
                         conversation_id: call.ctx.chat_id,
                         target,
@@ -1601,7 +1596,7 @@ impl Driver {
         let trusted = ctx
             .platform
             .as_deref()
-            .filter(|p| p.trim().eq_ignore_ascii_case("canon"))
+            .filter(|p| p.trim().eq_ignore_ascii_case(PLATFORM))
             .and(ctx.user_id.as_deref())
             .map(str::trim)
             .filter(|u| !u.is_empty());

@@ -13,7 +13,7 @@ use canon_dispatch::verbosity::ConversationType;
 use canon_wire::types::Conversation;
 use serde_json::{Map, Value};
 
-use crate::protocol::TurnContext;
+use crate::protocol::{TurnContext, PLATFORM};
 
 /// Conversations cached at most (our number); the oldest is evicted first.
 pub const MAX_CONVERSATIONS: usize = 4_096;
@@ -139,7 +139,7 @@ pub fn chat_from_session_key(session_key: &str) -> String {
 /// The chat of a hook's context, only inside a Canon turn: the platform is
 /// `canon` and the chat id is not empty (hermes-host.md §19.6).
 pub fn canon_chat(ctx: &TurnContext) -> Option<String> {
-    if ctx.platform.as_deref() != Some("canon") {
+    if ctx.platform.as_deref() != Some(PLATFORM) {
         return None;
     }
     ctx.chat_id.clone().filter(|c| !c.is_empty())

@@ -35,7 +35,8 @@
 //!
 //! # Message kinds
 //!
-//! Shim → daemon requests ([`ShimRequest`], shim timeout in brackets):
+//! Shim → daemon requests ([`ShimRequest`], shim timeout in brackets, also
+//! [`SHIM_TIMEOUTS`]):
 //! `hello` (10 s), `probe` (5 s), `adapter.connect` (28 s),
 //! `adapter.disconnect` (10 s), `adapter.send` and `adapter.edit` (120 s),
 //! `adapter.send_media` (300 s), `adapter.send_clarify` and
@@ -119,8 +120,46 @@ pub const EXIT_UNSUPPORTED_PROTOCOL: i32 = 78;
 /// The `stale_shim` message (hermes-host.md §19.5; exact).
 pub const STALE_SHIM_MESSAGE: &str = "Canon Hermes shim is out of date; run canon-hermes install";
 
+/// The `hermes-agent` version the shim must run on (hermes-host.md §16).
+/// The one pinned constant of the supported host; the shim's
+/// `_constants.py` is tied to it by `crates/cli/tests/it/shim_constants.rs`.
+pub const AUDITED_HERMES: &str = "0.19.0";
+
+/// The Python `major.minor` the shim must run on (hermes-host.md §16).
+pub const AUDITED_PYTHON: &str = "3.11";
+
+/// The turn context's `platform` inside a Canon turn (hermes-host.md §19.6).
+pub const PLATFORM: &str = "canon";
+
 /// The multiplex refusal (hermes-host.md §16; exact).
 pub const MULTIPLEX_MESSAGE: &str = "Canon cannot start while Hermes gateway.multiplex_profiles is enabled. The Canon adapter still uses process-global profile, credential, and hook state, so multiplexing could cross profile boundaries. Set gateway.multiplex_profiles: false and run one Hermes gateway process per Canon profile.";
+
+/// How long the shim waits for the answer to each request type it sends
+/// (hermes-host.md §19.6); the shim's `_constants.TIMEOUTS` mirrors it
+/// (crates/cli/tests/it/shim_constants.rs). `tool.call` is left out: its
+/// timeout depends on the tool (1,860 s for `canon_runtime_control`, else
+/// 120 s).
+pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 16] = {
+    use std::time::Duration;
+    [
+        ("hello", Duration::from_secs(10)),
+        ("probe", Duration::from_secs(5)),
+        ("adapter.connect", Duration::from_secs(28)),
+        ("adapter.disconnect", Duration::from_secs(10)),
+        ("adapter.send", Duration::from_secs(120)),
+        ("adapter.edit", Duration::from_secs(120)),
+        ("adapter.send_media", Duration::from_secs(300)),
+        ("adapter.send_clarify", Duration::from_secs(14)),
+        ("adapter.send_exec_approval", Duration::from_secs(14)),
+        ("adapter.chat_info", Duration::from_secs(10)),
+        ("turn.start", Duration::from_secs(30)),
+        ("turn.accepted", Duration::from_secs(30)),
+        ("turn.complete", Duration::from_secs(600)),
+        ("standalone.send", Duration::from_secs(120)),
+        ("resync", Duration::from_secs(30)),
+        ("shutdown", Duration::from_secs(5)),
+    ]
+};
 
 /// Error codes of an `ok:false` response (hermes-host.md §19.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

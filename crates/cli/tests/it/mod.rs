@@ -8,4 +8,6 @@ mod serve_hitl;
 mod serve_media;
 mod serve_outbound_media;
 mod serve_stdio;
+mod shim_constants;
+mod shim_golden;
 mod shim_support;

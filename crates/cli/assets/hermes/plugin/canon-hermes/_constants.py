@@ -5,30 +5,30 @@ crates/cli/tests/it/shim_constants.rs imports this module and fails when either 
 alone. No imports: this module loads without Hermes.
 """
 
-PROTOCOL = 1  # canon_adapter::protocol::PROTOCOL_VERSION
-AUDITED_HERMES = "0.19.0"  # canon_adapter::driver::AUDITED_HERMES
-AUDITED_PYTHON = "3.11"  # canon_adapter::driver::AUDITED_PYTHON
-# The refusal of a host outside that pair, worded as canon_adapter::protocol::negotiate words it.
+PROTOCOL = 1  # canon_host::protocol::PROTOCOL_VERSION
+AUDITED_HERMES = "0.19.0"  # canon_host::protocol::AUDITED_HERMES
+AUDITED_PYTHON = "3.11"  # canon_host::protocol::AUDITED_PYTHON
+# The refusal of a host outside that pair, worded as canon_host::protocol::negotiate words it.
 HOST_REFUSAL = "Canon requires hermes-agent %s on Python %s; found %s on %s"
-MULTIPLEX_MESSAGE = (  # canon_adapter::protocol::MULTIPLEX_MESSAGE
+MULTIPLEX_MESSAGE = (  # canon_host::protocol::MULTIPLEX_MESSAGE
     "Canon cannot start while Hermes gateway.multiplex_profiles is enabled. The Canon adapter "
     "still uses process-global profile, credential, and hook state, so multiplexing could cross "
     "profile boundaries. Set gateway.multiplex_profiles: false and run one Hermes gateway "
     "process per Canon profile."
 )
-PLATFORM = "canon"  # canon_adapter::driver::PLATFORM: the turn context's platform inside Canon
-# The turn context's fields, in the order of canon_adapter::protocol::TurnContext.
+PLATFORM = "canon"  # canon_host::protocol::PLATFORM: the turn context's platform inside Canon
+# The turn context's fields, in the order of canon_host::protocol::TurnContext.
 CTX_VARS = ("platform", "chat_id", "chat_name", "thread_id", "user_id", "user_name",
             "session_key", "session_id", "message_id", "profile")
-CONTROL_ID_PREFIX = "canon-control:"  # canon_adapter::turn::CONTROL_EVENT_PREFIX
+CONTROL_ID_PREFIX = "canon-control:"  # canon_host::turn::CONTROL_EVENT_PREFIX
 STANDALONE_FAILED = "Canon standalone send failed"  # a standalone send's error without a reason
-STANDALONE_ERROR_PREFIX = STANDALONE_FAILED + ": "  # canon_adapter::turn::STANDALONE_ERROR_PREFIX
+STANDALONE_ERROR_PREFIX = STANDALONE_FAILED + ": "  # canon_host::turn::STANDALONE_ERROR_PREFIX
 # The adapter's limits when the manifest names none, in UTF-8 bytes:
 MAX_MESSAGE_LENGTH = 3900  # canon_chunking::limits::HOST_MAX_MESSAGE_LENGTH
 STREAMING_OVERFLOW_LIMIT = 60800  # canon_chunking::limits::STREAMED_ANSWER_MAX_BYTES
 
 # How long the shim waits for the answer to each request it sends, in seconds:
-# canon_adapter::protocol::SHIM_TIMEOUTS (hermes-host.md §19.6). `turn.accepted` is sent without
+# canon_host::protocol::SHIM_TIMEOUTS (hermes-host.md §19.6). `turn.accepted` is sent without
 # waiting, and this shim sends no `tool.call`.
 TIMEOUTS = {
     "hello": 10, "probe": 5, "adapter.connect": 28, "adapter.disconnect": 10,
@@ -38,6 +38,6 @@ TIMEOUTS = {
 }
 EXIT_WAIT = 5  # seconds from stdin EOF to SIGTERM; at least canon_adapter::driver::EXIT_GRACE
 
-# Error codes the shim sets itself: values of canon_adapter::protocol::ErrorCode.
+# Error codes the shim sets itself: values of canon_host::protocol::ErrorCode.
 BACKPRESSURE, TIMEOUT, DAEMON_EXITED = "backpressure", "timeout", "daemon_exited"
 NOT_CONNECTED, UNKNOWN_TYPE, INTERNAL = "not_connected", "unknown_type", "internal"
