@@ -114,7 +114,7 @@
 //!   `adapter.chat_info` are answered from memory.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
@@ -122,10 +122,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use canon_dispatch::intent::demote_for_hidden_media;
 use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
 use canon_dispatch::protocol::DeliveryIntent;
-use canon_dispatch::verbosity::ConversationType;
 use canon_transport::client::{PollErrors, PollOutcome};
 use canon_transport::media::{safe_url, MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
@@ -133,7 +131,7 @@ use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::{CanonClient, ClientConfig, DurableRequest, EventStream, TransportError};
 use canon_wire::types::{
     delivered_message_id, ConsumeInteraction, DurableCall, InteractionCreated, InteractionKind,
-    InteractionRequest, InteractionResult, NoReplyRecord, RuntimeSignal, SignalKind,
+    InteractionRequest, NoReplyRecord, RuntimeSignal, SignalKind,
 };
 use canon_wire::EventKind;
 use serde_json::{Map, Value};
@@ -144,17 +142,16 @@ use tokio::time::{Interval, MissedTickBehavior};
 
 use canon_host::media::{self, MediaCounts, MediaSettings, TrustedScope};
 use canon_host::protocol::{
-    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ApprovalChoice,
-    ApprovalResolve, ChatInfo, ChatRef, ClarifyResolve, ConnectResult, ControlSignal,
-    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSource, EventSummary, Frame,
-    HandshakePolicy, InboundEvent, InboundMedia, InboundMessage, InboundMetadata, Probe,
-    ProbeResult, ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
+    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ChatInfo, ChatRef,
+    ConnectResult, ControlSignal, DaemonNotification, DaemonRequest, ErrorBody, ErrorCode,
+    EventSummary, Frame, HandshakePolicy, InboundMedia, InboundMessage, Probe, ProbeResult,
+    ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
     EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
 use canon_host::turn::{
     ActivityEvent, Delivery, DeliveryFailure, Effect, HostEdit, HostMedia, HostReply, HostSend,
-    Input, MediaPayload, NoReplyRequest, OpId, ProcessingStart, ReplyAuthority, RequestId,
-    ResyncTurn, SendOutcome, StandaloneSend, TurnConfig, TurnMachine, TurnState,
+    Input, MediaPayload, NoReplyRequest, OpId, ProcessingStart, RequestId, ResyncTurn, SendOutcome,
+    StandaloneSend, TurnConfig, TurnMachine, TurnState,
 };
 use canon_wire::secret::{ApiKey, Opaque};
 
@@ -169,6 +166,8 @@ use canon_host::conversations::{
 };
 use canon_host::delivery;
 use canon_host::hitl;
+use canon_host::hitl::table::{HitlEntry, HitlKind, HitlOutcome, HitlTable};
+use canon_host::inbound::{self, finish_inbound, EventTable, InboundLanes, PendingEvent};
 use canon_host::protocol::{AUDITED_HERMES, AUDITED_PYTHON, PLATFORM};
 pub mod outbound;
 
@@ -182,9 +181,6 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// Budget of the `no_reply` silence record (turns.md §8.4).
 pub const NO_REPLY_RECORD_BUDGET: Duration = Duration::from_secs(3);
-
-/// Inbound events remembered for `turn.start` lookups (our number).
-const MAX_EVENTS: usize = 1_024;
 
 /// Hermes sessions mapped to chats (our number; the conversation cache's
 /// bound).
@@ -248,6 +244,7 @@ pub const HANDOFF_MAX_AGE: Duration = Duration::from_secs(3_600);
 pub const HANDOFF_DIR: &str = "tmp";
 
 /// How often a blocking clarify or approval is polled (canon-wire.md
+/// How often a blocking clarify or approval is polled (canon-wire.md
 /// §9.1); the default of [`DriverConfig::hitl_poll`].
 pub const HITL_POLL: Duration = Duration::from_secs(1);
 
@@ -255,10 +252,6 @@ pub const HITL_POLL: Duration = Duration::from_secs(1);
 /// shim's request is answered as failed (inside its 14 s timeout,
 /// hermes-host.md §19.6).
 pub const HITL_CREATE_BUDGET: Duration = Duration::from_secs(10);
-
-/// Blocking clarifies and approvals open at once (our number); beyond it a
-/// new one is refused.
-const MAX_HITL: usize = 256;
 
 /// The end of the message of a request this daemon does not serve yet.
 pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
@@ -394,9 +387,7 @@ where
         handshake_done: false,
         next_request: 0,
         requests: HashMap::new(),
-        events: HashMap::new(),
-        event_order: VecDeque::new(),
-        next_event: 0,
+        events: EventTable::default(),
         next_daemon_id: 0,
         conversations: ConversationCache::default(),
         sessions: HashMap::new(),
@@ -413,15 +404,13 @@ where
         media_done: media_tx,
         media_tasks: JoinSet::new(),
         media_permits: Arc::new(Semaphore::new(MEDIA_CONCURRENCY)),
-        lanes: HashMap::new(),
-        lane_items: 0,
-        next_media_job: 0,
+        lanes: InboundLanes::default(),
         connected: false,
         owner_id: None,
         host_approvals_timeout: None,
         hitl_tx,
-        hitl: HashMap::new(),
-        next_hitl: 0,
+        hitl: HitlTable::default(),
+        hitl_cancels: HashMap::new(),
         hitl_tasks: JoinSet::new(),
         upload_tx,
         upload_permits: Arc::new(Semaphore::new(outbound::UPLOAD_CONCURRENCY)),
@@ -433,7 +422,7 @@ where
     loop {
         let deadline = driver.machine.next_deadline();
         // Back-pressure: no new inbound events while too many wait in lanes.
-        let inbound_open = driver.lane_items < MAX_PENDING_INBOUND;
+        let inbound_open = driver.lanes.items() < MAX_PENDING_INBOUND;
         let sleep = async move {
             match deadline {
                 Some(at) => {
@@ -770,14 +759,6 @@ fn failure(error: &TransportError) -> DeliveryFailure {
     delivery::classify_failure(error.kind(), error.to_string(), error.is_retryable())
 }
 
-/// What the daemon remembers of an inbound event it handed to the shim.
-struct PendingEvent {
-    message_id: Option<String>,
-    reply_authority: Option<ReplyAuthority>,
-    conversation_type: ConversationType,
-    disposition_queued: bool,
-}
-
 struct Driver {
     config: DriverConfig,
     out: mpsc::Sender<String>,
@@ -793,9 +774,8 @@ struct Driver {
     handshake_done: bool,
     next_request: u64,
     requests: HashMap<u64, (String, &'static str)>,
-    events: HashMap<String, PendingEvent>,
-    event_order: VecDeque<String>,
-    next_event: u64,
+    /// Inbound events handed to the shim, for the `turn.start` lookups.
+    events: EventTable,
     next_daemon_id: u64,
     conversations: ConversationCache,
     /// Session key → chat of the open turn (`turn.complete` names no chat).
@@ -828,11 +808,9 @@ struct Driver {
     media_tasks: JoinSet<()>,
     /// Bounds the media tasks downloading at once.
     media_permits: Arc<Semaphore>,
-    /// Conversation → inbound messages waiting for an earlier one's media.
-    lanes: HashMap<String, VecDeque<LaneItem>>,
-    /// Items in all lanes (bounded by [`MAX_PENDING_INBOUND`]).
-    lane_items: usize,
-    next_media_job: u64,
+    /// Inbound messages waiting for an earlier one's media, per
+    /// conversation (items bounded by [`MAX_PENDING_INBOUND`]).
+    lanes: InboundLanes,
     /// Whether `adapter.connect` succeeded and no disconnect followed.
     connected: bool,
     /// The agent's owner (`GET /agents/me` `ownerId`, runtime-control.md §6.3).
@@ -841,9 +819,10 @@ struct Driver {
     host_approvals_timeout: Option<f64>,
     /// Where HITL tasks report.
     hitl_tx: mpsc::Sender<HitlEvent>,
-    /// Open blocking clarifies and approvals by their number.
-    hitl: HashMap<u64, Hitl>,
-    next_hitl: u64,
+    /// Open blocking clarifies and approvals by their task key.
+    hitl: HitlTable,
+    /// Stops a HITL task's poll and cancels its interaction, by task key.
+    hitl_cancels: HashMap<u64, oneshot::Sender<()>>,
     /// The HITL tasks (aborted at exit).
     hitl_tasks: JoinSet<()>,
     /// Where outbound media uploads report.
@@ -863,29 +842,6 @@ struct Uploaded {
     result: Result<Input, String>,
 }
 
-/// Which blocking HITL flow an interaction serves.
-enum HitlKind {
-    /// `send_clarify`: resolved through `clarify.resolve`.
-    Clarify { clarify_id: String },
-    /// `send_exec_approval`: resolved through `approval.resolve`.
-    Approval {
-        /// Who must have answered (canon-wire.md Q7b): the requested
-        /// responder, else Canon's effective one, else the owner.
-        expected: Option<String>,
-        /// The effective `allowSessionRule` (runtime-control.md §6.3).
-        allow_session: bool,
-    },
-}
-
-/// An open blocking clarify or approval.
-struct Hitl {
-    session_key: String,
-    conversation_id: String,
-    kind: HitlKind,
-    /// Stops the poll and cancels the interaction; `None` once used.
-    cancel: Option<oneshot::Sender<()>>,
-}
-
 /// What a HITL task reports.
 enum HitlEvent {
     /// The create call ended; the shim's request waits for this.
@@ -900,13 +856,6 @@ enum HitlEvent {
     /// The interaction left `pending`, its deadline passed, or the driver
     /// cancelled it.
     Finished { key: u64, outcome: HitlOutcome },
-}
-
-/// How a blocking HITL wait ended.
-enum HitlOutcome {
-    Answered(InteractionResult),
-    TimedOut,
-    Cancelled,
 }
 
 /// A HITL task: creates the interaction, reports, then polls until it
@@ -964,14 +913,6 @@ async fn run_hitl(
         }
     };
     let _ = tx.send(HitlEvent::Finished { key, outcome }).await;
-}
-
-/// An inbound message in its conversation's lane.
-enum LaneItem {
-    /// Media job `n` is still materializing this message.
-    Pending(u64),
-    /// Ready; sent once everything before it in the lane was sent.
-    Ready(Box<InboundMessage>),
 }
 
 /// A media task's finished `inbound.message`.
@@ -1308,7 +1249,7 @@ impl Driver {
                     .sessions
                     .remove(&complete.session_key)
                     .unwrap_or_else(|| chat_from_session_key(&complete.session_key));
-                self.forget_event(&complete.event_ref);
+                self.events.forget(&complete.event_ref);
                 self.cancel_hitl(Some(&complete.session_key));
                 self.feed(Input::ProcessingComplete {
                     request,
@@ -1588,33 +1529,13 @@ impl Driver {
     /// the turn's recorded responder, else the trusted user of the call's
     /// Canon context; when both exist and differ, the recorded one.
     fn responder_for(&self, session_key: &str, ctx: &protocol::TurnContext) -> Option<String> {
-        let recorded = self
-            .machine
-            .responder(session_key)
-            .map(str::trim)
-            .filter(|r| !r.is_empty());
-        let trusted = ctx
-            .platform
-            .as_deref()
-            .filter(|p| p.trim().eq_ignore_ascii_case(PLATFORM))
-            .and(ctx.user_id.as_deref())
-            .map(str::trim)
-            .filter(|u| !u.is_empty());
-        if let (Some(recorded), Some(trusted)) = (recorded, trusted) {
-            if recorded != trusted {
-                tracing::warn!(
-                    session_key,
-                    "the turn's responder differs from the call's trusted user; using the turn's"
-                );
-            }
-        }
-        recorded.or(trusted).map(str::to_owned)
+        hitl::table::responder(self.machine.responder(session_key), ctx)
     }
 
     /// `adapter.send_clarify` (runtime-control.md §6.4).
     async fn send_clarify(&mut self, id: String, re: &'static str, clarify: AdapterSendClarify) {
         let Some(client) = self.hitl_client() else {
-            self.respond_send(&id, re, hitl_failure(hitl::NOT_CONNECTED, false))
+            self.respond_send(&id, re, hitl::table::failure(hitl::NOT_CONNECTED, false))
                 .await;
             return;
         };
@@ -1635,14 +1556,13 @@ impl Driver {
             id: clarify.clarify_id.clone(),
             cancel: false,
         };
-        let entry = Hitl {
-            session_key: clarify.session_key,
-            conversation_id: clarify.chat_id,
-            kind: HitlKind::Clarify {
+        let entry = HitlEntry::new(
+            clarify.session_key,
+            clarify.chat_id,
+            HitlKind::Clarify {
                 clarify_id: clarify.clarify_id,
             },
-            cancel: None,
-        };
+        );
         let request = InteractionRequest::Input(request);
         self.start_hitl(client, id, re, entry, request, consume, timeout)
             .await;
@@ -1657,7 +1577,7 @@ impl Driver {
         approval: AdapterSendExecApproval,
     ) {
         let Some(client) = self.hitl_client() else {
-            self.respond_send(&id, re, hitl_failure(hitl::NOT_CONNECTED, false))
+            self.respond_send(&id, re, hitl::table::failure(hitl::NOT_CONNECTED, false))
                 .await;
             return;
         };
@@ -1683,15 +1603,14 @@ impl Driver {
             id: approval_id,
             cancel: false,
         };
-        let entry = Hitl {
-            session_key: approval.session_key,
-            conversation_id: approval.chat_id,
-            kind: HitlKind::Approval {
+        let entry = HitlEntry::new(
+            approval.session_key,
+            approval.chat_id,
+            HitlKind::Approval {
                 expected: request.response_user_id.clone(),
                 allow_session: request.allow_session_rule,
             },
-            cancel: None,
-        };
+        );
         let request = InteractionRequest::Approval(request);
         self.start_hitl(client, id, re, entry, request, consume, timeout)
             .await;
@@ -1703,36 +1622,32 @@ impl Driver {
         self.client.clone().filter(|_| self.connected)
     }
 
-    /// Registers a HITL entry and spawns its task.
+    /// Opens a HITL entry and spawns its task.
     #[allow(clippy::too_many_arguments)]
     async fn start_hitl(
         &mut self,
         client: CanonClient,
         id: String,
         re: &'static str,
-        mut entry: Hitl,
+        entry: HitlEntry,
         request: InteractionRequest,
         consume: ConsumeInteraction,
         timeout: Duration,
     ) {
-        if self.hitl.len() >= MAX_HITL {
-            tracing::warn!("too many open clarifications and approvals; refused one");
-            let failure = hitl_failure("too many open Canon interactions", true);
-            self.respond_send(&id, re, failure).await;
+        let conversation_id = entry.conversation_id.clone();
+        let Some(key) = self.hitl.open(entry) else {
+            self.respond_send(&id, re, hitl::table::too_many()).await;
             return;
-        }
+        };
         while self.hitl_tasks.try_join_next().is_some() {}
-        self.next_hitl += 1;
-        let key = self.next_hitl;
         let (cancel_tx, cancel_rx) = oneshot::channel();
-        entry.cancel = Some(cancel_tx);
+        self.hitl_cancels.insert(key, cancel_tx);
         tracing::info!(
-            conversation_id = entry.conversation_id,
+            conversation_id,
             kind = re,
             timeout_s = timeout.as_secs(),
             "requesting a Canon interaction"
         );
-        self.hitl.insert(key, entry);
         self.hitl_tasks.spawn(run_hitl(
             client,
             key,
@@ -1758,115 +1673,35 @@ impl Driver {
                 re,
                 result,
             } => {
-                let created = match result {
-                    Ok(created) => created,
-                    Err((error, retryable)) => {
-                        self.hitl.remove(&key);
-                        tracing::warn!(kind = re, %error, "Canon interaction request failed");
-                        self.respond_send(&shim_id, re, hitl_failure(&error, retryable))
-                            .await;
-                        return;
-                    }
-                };
-                let mut waiting = None;
-                if let Some(entry) = self.hitl.get_mut(&key) {
-                    if let HitlKind::Approval {
-                        expected,
-                        allow_session,
-                    } = &mut entry.kind
-                    {
-                        // §6.3: the effective rule is requested ∧ returned.
-                        *allow_session &= created.allow_session_rule.unwrap_or(true);
-                        if expected.is_none() {
-                            *expected = created
-                                .response_user_id
-                                .clone()
-                                .or_else(|| self.owner_id.clone());
-                        }
-                    }
-                    if entry.cancel.is_some() {
-                        waiting = Some((entry.session_key.clone(), entry.conversation_id.clone()));
-                    }
+                if let Err((error, _)) = &result {
+                    self.hitl_cancels.remove(&key);
+                    tracing::warn!(kind = re, %error, "Canon interaction request failed");
                 }
-                if let Some((session_key, conversation_id)) = waiting {
+                let created = self.hitl.created(key, result, self.owner_id.as_deref());
+                if let Some((session_key, conversation_id)) = created.waiting {
                     self.feed(Input::WaitingInput {
                         session_key: Some(session_key),
                         conversation_id,
                     })
                     .await;
                 }
-                let sent = protocol::SendResult {
-                    success: true,
-                    message_id: created.message_id,
-                    ..protocol::SendResult::default()
-                };
-                self.respond_send(&shim_id, re, sent).await;
+                self.respond_send(&shim_id, re, created.reply).await;
             }
             HitlEvent::Finished { key, outcome } => {
-                let Some(entry) = self.hitl.remove(&key) else {
+                self.hitl_cancels.remove(&key);
+                let Some(finished) = self.hitl.finished(key, outcome) else {
                     return;
                 };
-                let result = match outcome {
-                    HitlOutcome::Cancelled => return,
-                    HitlOutcome::Answered(result) => Some(result),
-                    HitlOutcome::TimedOut => None,
-                };
-                let request = match &entry.kind {
-                    HitlKind::Clarify { clarify_id } => {
-                        let response = match &result {
-                            Some(r) if r.status == "submitted" => hitl::answer_text(&r.raw),
-                            Some(r) if r.status == "cancelled" => {
-                                hitl::CLARIFY_CANCELLED.to_owned()
-                            }
-                            _ => hitl::CLARIFY_TIMED_OUT.to_owned(),
-                        };
-                        tracing::info!(
-                            conversation_id = entry.conversation_id,
-                            status = result.as_ref().map_or("deadline", |r| r.status.as_str()),
-                            "clarification resolved"
-                        );
-                        DaemonRequest::ClarifyResolve(ClarifyResolve {
-                            clarify_id: clarify_id.clone(),
-                            response,
-                        })
-                    }
-                    HitlKind::Approval {
-                        expected,
-                        allow_session,
-                    } => {
-                        let choice = result.as_ref().map_or(ApprovalChoice::Deny, |r| {
-                            hitl::approval_choice(&r.raw, expected.as_deref(), *allow_session)
-                        });
-                        let allowed = result.as_ref().is_some_and(|r| r.status == "allow");
-                        if !allowed || choice != ApprovalChoice::Deny {
-                            tracing::info!(
-                                conversation_id = entry.conversation_id,
-                                status = result.as_ref().map_or("deadline", |r| r.status.as_str()),
-                                ?choice,
-                                "approval resolved"
-                            );
-                        } else {
-                            tracing::warn!(
-                                conversation_id = entry.conversation_id,
-                                "approval allowed by someone other than the expected human; denied"
-                            );
-                        }
-                        DaemonRequest::ApprovalResolve(ApprovalResolve {
-                            session_key: entry.session_key.clone(),
-                            choice,
-                            reason: None,
-                        })
-                    }
-                };
-                // OQ-3: `tool` after every resolution, while the turn waits.
-                if self.machine.turn_state(&entry.session_key) == Some(TurnState::WaitingInput) {
+                // `tool` after every resolution while the turn waits
+                // (turns.md OQ-3).
+                if self.machine.turn_state(&finished.session_key) == Some(TurnState::WaitingInput) {
                     self.feed(Input::InputResolved {
-                        session_key: Some(entry.session_key.clone()),
-                        conversation_id: entry.conversation_id.clone(),
+                        session_key: Some(finished.session_key.clone()),
+                        conversation_id: finished.conversation_id.clone(),
                     })
                     .await;
                 }
-                self.send_request(request).await;
+                self.send_request(finished.request).await;
             }
         }
     }
@@ -1874,11 +1709,9 @@ impl Driver {
     /// Cancels the open HITL interactions of a session (all of them with
     /// `None`): their tasks stop polling and cancel them on Canon.
     fn cancel_hitl(&mut self, session_key: Option<&str>) {
-        for entry in self.hitl.values_mut() {
-            if session_key.is_none_or(|k| k == entry.session_key) {
-                if let Some(cancel) = entry.cancel.take() {
-                    let _ = cancel.send(());
-                }
+        for key in self.hitl.cancel_session(session_key) {
+            if let Some(cancel) = self.hitl_cancels.remove(&key) {
+                let _ = cancel.send(());
             }
         }
     }
@@ -1902,24 +1735,12 @@ impl Driver {
             self.sessions
                 .insert(session_key.clone(), event.chat_id.clone());
         }
+        let conversation_type = self.events.turn_conversation_type(event_ref, event, || {
+            self.dispatcher
+                .conversation_type(&event.chat_id, self.conversations.get(&event.chat_id))
+        });
         let pending = self.events.get(event_ref);
-        let conversation_type = pending
-            .map(|p| p.conversation_type)
-            .filter(|t| *t != ConversationType::Unknown)
-            .or_else(|| {
-                event
-                    .chat_type
-                    .as_deref()
-                    .map(|t| conversation_type_of(Some(t)))
-            })
-            .unwrap_or_else(|| {
-                self.dispatcher
-                    .conversation_type(&event.chat_id, self.conversations.get(&event.chat_id))
-            });
-        let absorbed_queued_ids = absorbed_refs
-            .iter()
-            .filter_map(|r| self.events.get(r).and_then(|e| e.message_id.clone()))
-            .collect();
+        let absorbed_queued_ids = self.events.message_ids(&absorbed_refs);
         ProcessingStart {
             request,
             session_key,
@@ -1933,10 +1754,6 @@ impl Driver {
             queue_depth,
             random: random_u128(),
         }
-    }
-
-    fn forget_event(&mut self, event_ref: &str) {
-        self.events.remove(event_ref);
     }
 
     async fn on_notification(&mut self, kind: &str, body: Value) {
@@ -2144,12 +1961,7 @@ impl Driver {
     }
 
     async fn on_message_created(&mut self, created: canon_wire::events::MessageCreated) {
-        let disposition_queued = created
-            .message
-            .get("metadata")
-            .and_then(|m| m.get("inboundDisposition"))
-            .and_then(Value::as_str)
-            == Some("queued");
+        let disposition_queued = inbound::disposition_queued(&created.message);
         let payload = Value::Object(created.payload.clone());
         let conversation_id = created.conversation_id.clone();
         let outcome = {
@@ -2177,52 +1989,15 @@ impl Driver {
                 return;
             }
         };
-        self.next_event += 1;
-        let event_ref = format!("e:{}", self.next_event);
-        let conversation_type = conversation_type_of(Some(wake.source.chat_type));
-        let reply_authority = created.reply_authority;
-        self.remember_event(
-            event_ref.clone(),
-            PendingEvent {
-                message_id: wake.source.message_id.clone(),
-                reply_authority,
-                conversation_type,
-                disposition_queued,
-            },
-        );
+        let event_ref = self.events.remember(PendingEvent {
+            message_id: wake.source.message_id.clone(),
+            reply_authority: created.reply_authority,
+            conversation_type: conversation_type_of(Some(wake.source.chat_type)),
+            disposition_queued,
+        });
         let intent = wake.delivery_intent;
-        let message = InboundMessage {
-            event_ref,
-            event: InboundEvent {
-                text: wake.text,
-                message_type: "text".into(),
-                source: EventSource {
-                    chat_id: wake.source.chat_id,
-                    chat_name: wake.source.chat_name,
-                    chat_type: wake.source.chat_type.to_owned(),
-                    user_id: wake.source.user_id,
-                    user_name: wake.source.user_name,
-                    message_id: wake.source.message_id.clone(),
-                    thread_id: None,
-                },
-                message_id: wake.source.message_id,
-                reply_to_message_id: wake.reply_to_message_id,
-                media: Vec::new(),
-                channel_prompt: wake.channel_prompt,
-                channel_context: wake.channel_context,
-                metadata: InboundMetadata {
-                    delivery_intent: Some(wake.delivery_intent.as_str().to_owned()),
-                },
-                raw: Opaque(wake.host_payload),
-                internal: false,
-            },
-        };
-        let attachments = created
-            .message
-            .get("attachments")
-            .and_then(Value::as_array)
-            .filter(|a| !a.is_empty())
-            .cloned();
+        let message = inbound::wake_message(event_ref, *wake);
+        let attachments = inbound::attachments(&created.message);
         match attachments {
             Some(attachments) => self.spawn_media(
                 conversation_id,
@@ -2238,15 +2013,9 @@ impl Driver {
     /// Sends an `inbound.message` without media now, or behind the messages
     /// of its conversation that are still materializing.
     async fn enqueue_inbound(&mut self, conversation_id: String, message: InboundMessage) {
-        match self.lanes.get_mut(&conversation_id) {
-            Some(lane) => {
-                lane.push_back(LaneItem::Ready(Box::new(message)));
-                self.lane_items += 1;
-            }
-            None => {
-                self.send_request(DaemonRequest::InboundMessage(message))
-                    .await
-            }
+        if let Some(message) = self.lanes.ready(&conversation_id, message) {
+            self.send_request(DaemonRequest::InboundMessage(message))
+                .await;
         }
     }
 
@@ -2261,13 +2030,7 @@ impl Driver {
         attachments: Vec<Value>,
         intent: DeliveryIntent,
     ) {
-        self.next_media_job += 1;
-        let job = self.next_media_job;
-        self.lanes
-            .entry(conversation_id.clone())
-            .or_default()
-            .push_back(LaneItem::Pending(job));
-        self.lane_items += 1;
+        let job = self.lanes.pending(&conversation_id);
         let scope = self.media_scope;
         let downloader = self.downloader.clone();
         let dir = self.media_dir.clone();
@@ -2318,30 +2081,13 @@ impl Driver {
             job,
             message,
         } = done;
-        let slot = self.lanes.get_mut(&conversation_id).and_then(|lane| {
-            lane.iter_mut()
-                .find(|item| matches!(item, LaneItem::Pending(j) if *j == job))
-        });
-        let Some(slot) = slot else {
+        let Some(ready) = self.lanes.finished(&conversation_id, job, *message) else {
             tracing::error!(conversation_id, job, "media result for no pending message");
             debug_assert!(false, "media result for no pending message");
             return;
         };
-        *slot = LaneItem::Ready(message);
-        let mut ready = Vec::new();
-        if let Some(lane) = self.lanes.get_mut(&conversation_id) {
-            while matches!(lane.front(), Some(LaneItem::Ready(_))) {
-                if let Some(LaneItem::Ready(message)) = lane.pop_front() {
-                    ready.push(message);
-                }
-            }
-            if lane.is_empty() {
-                self.lanes.remove(&conversation_id);
-            }
-        }
-        self.lane_items = self.lane_items.saturating_sub(ready.len());
         for message in ready {
-            self.send_request(DaemonRequest::InboundMessage(*message))
+            self.send_request(DaemonRequest::InboundMessage(message))
                 .await;
         }
     }
@@ -2565,16 +2311,6 @@ impl Driver {
         self.deliveries.spawn(task);
     }
 
-    fn remember_event(&mut self, event_ref: String, event: PendingEvent) {
-        while self.event_order.len() >= MAX_EVENTS {
-            if let Some(old) = self.event_order.pop_front() {
-                self.events.remove(&old);
-            }
-        }
-        self.event_order.push_back(event_ref.clone());
-        self.events.insert(event_ref, event);
-    }
-
     /// Runs the machine on one input and carries out its effects.
     async fn feed(&mut self, input: Input) {
         let effects = self.machine.handle(input, now_ms());
@@ -2771,32 +2507,6 @@ async fn materialize(
 /// Completes an `inbound.message` after materialization: the §8.5 markers,
 /// the listed media, the `message_type` by media priority (canon-wire.md
 /// §7.3 step 4) and the §8.6 demotion of `interleave`.
-fn finish_inbound(
-    mut message: InboundMessage,
-    source: &Value,
-    scope: TrustedScope,
-    listed: Vec<InboundMedia>,
-    counts: MediaCounts,
-    intent: DeliveryIntent,
-) -> InboundMessage {
-    // No §8.4 capture registry: registration never stores anything, so
-    // nothing is available to trusted tools and every hidden attachment is
-    // reported as withheld (see `media::available_count`).
-    let available = media::available_count(counts.hidden, false, false);
-    message.event.text = media::final_text(&message.event.text, source, scope, counts, available);
-    if let Some(message_type) = media::message_type(listed.iter().map(|m| m.kind)) {
-        message.event.message_type = message_type.to_owned();
-    }
-    message.event.media = listed;
-    // §8.6 (canon-wire.md §5.4.2 step 10): a steer injects text only, so an
-    // `interleave` whose media were hidden becomes `queue`. 0.14.1 demotes
-    // when hidden media were *registered*; without a registry we demote
-    // whenever media were hidden, the conservative reading.
-    let intent = demote_for_hidden_media(intent, counts.hidden > 0);
-    message.event.metadata.delivery_intent = Some(intent.as_str().to_owned());
-    message
-}
-
 /// Writes one hand-off file (hermes-host.md Q8): the directory is created
 /// 0700 when missing, the file is new (`create_new`, never following or
 /// replacing anything) and 0600. Returns its path as a string; a partial
@@ -2865,15 +2575,6 @@ fn sweep_handoff_dir(dir: &Path, now: SystemTime) -> usize {
 }
 
 /// A failed `SendResult` of a blocking HITL request.
-fn hitl_failure(error: &str, retryable: bool) -> protocol::SendResult {
-    protocol::SendResult {
-        success: false,
-        error: Some(error.to_owned()),
-        retryable,
-        ..protocol::SendResult::default()
-    }
-}
-
 /// The epoch-ms deadline `timeout` from now.
 fn expires_at(timeout: Duration) -> u64 {
     now_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
@@ -2994,77 +2695,6 @@ mod tests {
         assert_eq!(
             sweep_handoff_dir(&dir.path().join("missing"), SystemTime::now()),
             0
-        );
-    }
-
-    #[test]
-    fn finishing_a_message_applies_markers_type_and_demotion() {
-        let message = |text: &str| InboundMessage {
-            event_ref: "e:1".into(),
-            event: InboundEvent {
-                text: text.into(),
-                message_type: "text".into(),
-                source: EventSource {
-                    chat_id: "c".into(),
-                    chat_name: None,
-                    chat_type: "dm".into(),
-                    user_id: None,
-                    user_name: None,
-                    message_id: None,
-                    thread_id: None,
-                },
-                message_id: None,
-                reply_to_message_id: None,
-                media: Vec::new(),
-                channel_prompt: None,
-                channel_context: None,
-                metadata: InboundMetadata::default(),
-                raw: Opaque(Value::Null),
-                internal: false,
-            },
-        };
-        let pdf = InboundMedia {
-            path: "/tmp/x.pdf".into(),
-            mime_type: "application/pdf".into(),
-            kind: protocol::MediaKind::Document,
-            file_name: Some("x.pdf".into()),
-        };
-        let source = serde_json::json!({"contentType": "image"});
-        let hidden = MediaCounts {
-            hidden: 1,
-            unavailable: 0,
-        };
-        let done = finish_inbound(
-            message("[image attachment: a.png; file attachment: x.pdf]"),
-            &source,
-            TrustedScope::Image,
-            vec![pdf.clone()],
-            hidden,
-            DeliveryIntent::Interleave,
-        );
-        assert_eq!(
-            done.event.text,
-            "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
-        );
-        assert_eq!(done.event.message_type, "document");
-        assert_eq!(done.event.media, vec![pdf]);
-        assert_eq!(
-            done.event.metadata.delivery_intent.as_deref(),
-            Some("queue")
-        );
-        let plain = finish_inbound(
-            message("hi"),
-            &serde_json::json!({"text": "hi"}),
-            TrustedScope::None,
-            Vec::new(),
-            MediaCounts::default(),
-            DeliveryIntent::Interleave,
-        );
-        assert_eq!(plain.event.text, "hi");
-        assert_eq!(plain.event.message_type, "text");
-        assert_eq!(
-            plain.event.metadata.delivery_intent.as_deref(),
-            Some("interleave")
         );
     }
 }

@@ -5,6 +5,8 @@
 //! `send_exec_approval`, the clarify answer text and the approval choice.
 //! The driver does the I/O around them.
 
+pub mod table;
+
 use std::time::Duration;
 
 use canon_wire::types::{ApprovalDetail, ApprovalRequest, Choice, InputRequest};

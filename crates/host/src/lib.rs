@@ -33,6 +33,7 @@ pub mod connect;
 pub mod conversations;
 pub mod delivery;
 pub mod hitl;
+pub mod inbound;
 pub mod media;
 pub mod protocol;
 pub mod turn;
