@@ -131,7 +131,7 @@ use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::{CanonClient, ClientConfig, DurableRequest, EventStream, TransportError};
 use canon_wire::types::{
     delivered_message_id, ConsumeInteraction, DurableCall, InteractionCreated, InteractionKind,
-    InteractionRequest, NoReplyRecord, RuntimeSignal, SignalKind,
+    InteractionRequest, NoReplyRecord, RuntimeSignal,
 };
 use canon_wire::EventKind;
 use serde_json::{Map, Value};
@@ -142,16 +142,15 @@ use tokio::time::{Interval, MissedTickBehavior};
 
 use canon_host::media::{self, MediaCounts, MediaSettings, TrustedScope};
 use canon_host::protocol::{
-    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ChatInfo, ChatRef,
-    ConnectResult, ControlSignal, DaemonNotification, DaemonRequest, ErrorBody, ErrorCode,
-    EventSummary, Frame, HandshakePolicy, InboundMedia, InboundMessage, Probe, ProbeResult,
-    ShimNotification, ShimRequest, Signal, StandaloneResult, TurnStarted,
-    EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
+    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ChatRef, ConnectResult,
+    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSummary, Frame, HandshakePolicy,
+    InboundMedia, InboundMessage, Probe, ProbeResult, ShimNotification, ShimRequest,
+    StandaloneResult, TurnStarted, EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
 use canon_host::turn::{
     ActivityEvent, Delivery, DeliveryFailure, Effect, HostEdit, HostMedia, HostReply, HostSend,
-    Input, MediaPayload, NoReplyRequest, OpId, ProcessingStart, RequestId, ResyncTurn, SendOutcome,
-    StandaloneSend, TurnConfig, TurnMachine, TurnState,
+    Input, MediaPayload, OpId, ProcessingStart, RequestId, SendOutcome, StandaloneSend, TurnConfig,
+    TurnMachine, TurnState,
 };
 use canon_wire::secret::{ApiKey, Opaque};
 
@@ -168,7 +167,8 @@ use canon_host::delivery;
 use canon_host::hitl;
 use canon_host::hitl::table::{HitlEntry, HitlKind, HitlOutcome, HitlTable};
 use canon_host::inbound::{self, finish_inbound, EventTable, InboundLanes, PendingEvent};
-use canon_host::protocol::{AUDITED_HERMES, AUDITED_PYTHON, PLATFORM};
+use canon_host::protocol::{AUDITED_HERMES, AUDITED_PYTHON};
+use canon_host::requests;
 pub mod outbound;
 
 /// Frames buffered between the stdin reader and the loop, and between the
@@ -224,10 +224,6 @@ pub const PROBE_VERIFY_BUDGET: Duration = Duration::from_secs(4);
 
 /// Consumed signals buffered between the signal tasks and the loop.
 const SIGNAL_FRAMES: usize = 64;
-
-/// `updated_by` of a signal when neither Canon nor `agent.context` named
-/// anyone (canon-wire.md §4.9; exact).
-pub const RUNTIME_CONTROL_USER: &str = "canon-runtime-control";
 
 /// Inbound messages materializing their media at once (our number; the
 /// others wait for a permit in their own task).
@@ -1155,12 +1151,7 @@ impl Driver {
             }
             ShimRequest::Probe(probe) => self.probe(id, re, &probe).await,
             ShimRequest::AdapterChatInfo(chat) => {
-                let (name, kind) = self.conversations.chat_facts(&chat.chat_id);
-                let info = ChatInfo {
-                    name,
-                    kind: kind.to_owned(),
-                    id: chat.chat_id,
-                };
+                let info = requests::chat_info(chat.chat_id, &self.conversations);
                 let body = protocol::ShimResponse::AdapterChatInfo(info).to_body();
                 self.respond(&id, re, Ok(body)).await;
             }
@@ -1261,42 +1252,17 @@ impl Driver {
                 .await;
             }
             ShimRequest::ToolCall(call) => {
-                let action = call.args.0.get("action").and_then(Value::as_str);
-                if call.name == "canon_runtime_control" && action == Some("no_reply") {
-                    let reason_given = call
-                        .args
-                        .0
-                        .get("reason")
-                        .and_then(Value::as_str)
-                        .is_some_and(|r| !r.trim().is_empty());
-                    let target = call
-                        .args
-                        .0
-                        .get("target")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
+                if requests::is_no_reply(&call) {
                     let request = self.register(id, re);
-                    self.feed(Input::NoReply(NoReplyRequest {
-                        request,
-                        in_canon_context: call.ctx.platform.as_deref() == Some(PLATFORM),
-                        session_key: call.ctx.session_key,
-                        conversation_id: call.ctx.chat_id,
-                        target,
-                        reason_given,
-                    }))
-                    .await;
+                    self.feed(Input::NoReply(requests::no_reply(&call, request)))
+                        .await;
                 } else {
                     self.unsupported(&id, re, re).await;
                 }
             }
             ShimRequest::StandaloneSend(send) => {
-                let home_channel_config = send
-                    .pconfig
-                    .home_channel
-                    .as_ref()
-                    .and_then(|h| h.get("chat_id"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+                let home_channel_config =
+                    requests::home_channel_config(send.pconfig.home_channel.as_ref());
                 let request = self.register(id, re);
                 let standalone = StandaloneSend {
                     request,
@@ -1327,22 +1293,11 @@ impl Driver {
             }
             ShimRequest::Resync(resync) => {
                 let request = self.register(id, re);
-                let open_turns = resync
-                    .open_turns
-                    .into_iter()
-                    .inspect(|t| {
-                        self.sessions
-                            .insert(t.session_key.clone(), t.event.chat_id.clone());
-                    })
-                    .map(|t| ResyncTurn {
-                        conversation_type: conversation_type_of(t.event.chat_type.as_deref()),
-                        session_key: t.session_key,
-                        conversation_id: t.event.chat_id,
-                        turn_id: t.turn_id,
-                        message_id: t.event.message_id,
-                        started_at_ms: t.started_at_ms,
-                    })
-                    .collect();
+                for turn in &resync.open_turns {
+                    self.sessions
+                        .insert(turn.session_key.clone(), turn.event.chat_id.clone());
+                }
+                let open_turns = requests::resync_turns(resync.open_turns);
                 self.feed(Input::Resync {
                     request,
                     open_turns,
@@ -2111,27 +2066,15 @@ impl Driver {
             conversation_id,
             signal,
         } = consumed;
-        let kind = match signal.signal {
-            SignalKind::Interrupt => Signal::Interrupt,
-            SignalKind::StopAndDrop => Signal::StopAndDrop,
-            SignalKind::NewSession => Signal::NewSession,
-        };
-        let (chat_name, chat_type) = self.conversations.chat_facts(&conversation_id);
-        // canon-wire.md §4.9: `updatedBy`, else the agent, else the literal.
-        let updated_by = signal
-            .updated_by
-            .filter(|u| !u.trim().is_empty())
-            .or_else(|| self.agent_id.clone())
-            .unwrap_or_else(|| RUNTIME_CONTROL_USER.to_owned());
-        tracing::info!(conversation_id, signal = ?kind, "runtime control signal");
-        self.send_request(DaemonRequest::ControlSignal(ControlSignal {
-            chat_id: conversation_id,
-            chat_name: Some(chat_name),
-            chat_type: chat_type.to_owned(),
-            signal: kind,
-            updated_by: Some(updated_by),
-        }))
-        .await;
+        let control = requests::control_signal(
+            conversation_id,
+            signal,
+            self.agent_id.as_deref(),
+            &self.conversations,
+        );
+        tracing::info!(conversation_id = control.chat_id, signal = ?control.signal, "runtime control signal");
+        self.send_request(DaemonRequest::ControlSignal(control))
+            .await;
     }
 
     /// Starts the signal pass and the status loop of a new connection

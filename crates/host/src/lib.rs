@@ -36,4 +36,5 @@ pub mod hitl;
 pub mod inbound;
 pub mod media;
 pub mod protocol;
+pub mod requests;
 pub mod turn;

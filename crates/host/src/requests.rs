@@ -1,0 +1,272 @@
+//! How the shim's requests and Canon's runtime signals become what the
+//! daemon acts on: the `no_reply` action of a tool call, the home channel
+//! of a standalone send, the turns a respawned daemon re-attaches, a chat's
+//! facts, and the `control.signal` of a consumed runtime signal.
+
+use canon_wire::types::{RuntimeSignal, SignalKind};
+use serde_json::Value;
+
+use crate::conversations::{conversation_type_of, ConversationCache};
+use crate::protocol::{ChatInfo, ControlSignal, OpenTurn, Signal, ToolCall, PLATFORM};
+use crate::turn::{NoReplyRequest, RequestId, ResyncTurn};
+
+/// `updated_by` of a signal when neither Canon nor `agent.context` named
+/// anyone (canon-wire.md §4.9; exact).
+pub const RUNTIME_CONTROL_USER: &str = "canon-runtime-control";
+
+/// The tool that carries the `no_reply` action.
+pub const RUNTIME_CONTROL_TOOL: &str = "canon_runtime_control";
+
+/// Whether a tool call is `canon_runtime_control` with `action: no_reply`.
+pub fn is_no_reply(call: &ToolCall) -> bool {
+    let action = call.args.0.get("action").and_then(Value::as_str);
+    call.name == RUNTIME_CONTROL_TOOL && action == Some("no_reply")
+}
+
+/// The turn machine's `no_reply` request of such a call. Whether a reason
+/// was given is kept (a string with something other than whitespace); the
+/// reason itself is never kept. The Canon context comes from the call's
+/// trusted turn context, never from the model's arguments.
+pub fn no_reply(call: &ToolCall, request: RequestId) -> NoReplyRequest {
+    let args = &call.args.0;
+    NoReplyRequest {
+        request,
+        in_canon_context: call.ctx.platform.as_deref() == Some(PLATFORM),
+        session_key: call.ctx.session_key.clone(),
+        conversation_id: call.ctx.chat_id.clone(),
+        target: args
+            .get("target")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        reason_given: args
+            .get("reason")
+            .and_then(Value::as_str)
+            .is_some_and(|r| !r.trim().is_empty()),
+    }
+}
+
+/// The configured home channel of a standalone send: the `chat_id` string
+/// of the platform configuration's `home_channel` object.
+pub fn home_channel_config(home_channel: Option<&Value>) -> Option<String> {
+    home_channel
+        .and_then(|h| h.get("chat_id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// The turns a respawned daemon re-attaches, in the shim's order, as the
+/// turn machine's resync input.
+pub fn resync_turns(open_turns: Vec<OpenTurn>) -> Vec<ResyncTurn> {
+    open_turns
+        .into_iter()
+        .map(|t| ResyncTurn {
+            conversation_type: conversation_type_of(t.event.chat_type.as_deref()),
+            session_key: t.session_key,
+            conversation_id: t.event.chat_id,
+            turn_id: t.turn_id,
+            message_id: t.event.message_id,
+            started_at_ms: t.started_at_ms,
+        })
+        .collect()
+}
+
+/// `adapter.chat_info`: the cached chat facts.
+pub fn chat_info(chat_id: String, conversations: &ConversationCache) -> ChatInfo {
+    let (name, kind) = conversations.chat_facts(&chat_id);
+    ChatInfo {
+        name,
+        kind: kind.to_owned(),
+        id: chat_id,
+    }
+}
+
+/// The `control.signal` of a consumed runtime signal: the chat's cached
+/// facts, the signal, and who sent it — Canon's non-blank `updatedBy`, else
+/// the agent, else [`RUNTIME_CONTROL_USER`] (canon-wire.md §4.9).
+pub fn control_signal(
+    conversation_id: String,
+    signal: RuntimeSignal,
+    agent_id: Option<&str>,
+    conversations: &ConversationCache,
+) -> ControlSignal {
+    let kind = match signal.signal {
+        SignalKind::Interrupt => Signal::Interrupt,
+        SignalKind::StopAndDrop => Signal::StopAndDrop,
+        SignalKind::NewSession => Signal::NewSession,
+    };
+    let (chat_name, chat_type) = conversations.chat_facts(&conversation_id);
+    let updated_by = signal
+        .updated_by
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| agent_id.map(str::to_owned))
+        .unwrap_or_else(|| RUNTIME_CONTROL_USER.to_owned());
+    ControlSignal {
+        chat_id: conversation_id,
+        chat_name: Some(chat_name),
+        chat_type: chat_type.to_owned(),
+        signal: kind,
+        updated_by: Some(updated_by),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use canon_dispatch::verbosity::ConversationType;
+    use canon_wire::secret::Opaque;
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::{EventSummary, TurnContext};
+
+    fn call(name: &str, args: Value, platform: &str) -> ToolCall {
+        ToolCall {
+            name: name.to_owned(),
+            args: Opaque(args),
+            ctx: TurnContext {
+                platform: Some(platform.to_owned()),
+                chat_id: Some("c1".to_owned()),
+                session_key: Some("s1".to_owned()),
+                ..TurnContext::default()
+            },
+            hook: Default::default(),
+        }
+    }
+
+    #[test]
+    fn no_reply_reads_the_action_target_and_whether_a_reason_was_given() {
+        let args = json!({"action": "no_reply", "reason": "  nothing to add ", "target": "m1"});
+        let canon = call(RUNTIME_CONTROL_TOOL, args, "canon");
+        assert!(is_no_reply(&canon));
+        let request = no_reply(&canon, RequestId(7));
+        assert_eq!(
+            request,
+            NoReplyRequest {
+                request: RequestId(7),
+                in_canon_context: true,
+                session_key: Some("s1".into()),
+                conversation_id: Some("c1".into()),
+                target: Some("m1".into()),
+                reason_given: true,
+            }
+        );
+        let blank = json!({"action": "no_reply", "reason": "   "});
+        let request = no_reply(&call(RUNTIME_CONTROL_TOOL, blank, "telegram"), RequestId(1));
+        assert!(!request.reason_given && !request.in_canon_context);
+        assert_eq!(request.target, None);
+        let other_action = json!({"action": "send_card"});
+        assert!(!is_no_reply(&call(
+            RUNTIME_CONTROL_TOOL,
+            other_action,
+            "canon"
+        )));
+        let other_tool = json!({"action": "no_reply"});
+        assert!(!is_no_reply(&call(
+            "canon_communicate",
+            other_tool,
+            "canon"
+        )));
+    }
+
+    #[test]
+    fn home_channel_is_the_chat_id_string() {
+        assert_eq!(
+            home_channel_config(Some(&json!({"chat_id": "c9"}))).as_deref(),
+            Some("c9")
+        );
+        assert_eq!(home_channel_config(Some(&json!({"chat_id": 9}))), None);
+        assert_eq!(home_channel_config(Some(&json!("c9"))), None);
+        assert_eq!(home_channel_config(None), None);
+    }
+
+    #[test]
+    fn resync_keeps_each_open_turn() {
+        let turns = resync_turns(vec![OpenTurn {
+            event_ref: "e:1".into(),
+            session_key: "s1".into(),
+            turn_id: "hermes-1".into(),
+            event: EventSummary {
+                chat_id: "c1".into(),
+                chat_type: Some("group".into()),
+                message_id: Some("m1".into()),
+                ..EventSummary::default()
+            },
+            started_at_ms: 42,
+        }]);
+        assert_eq!(
+            turns,
+            [ResyncTurn {
+                session_key: "s1".into(),
+                conversation_id: "c1".into(),
+                turn_id: "hermes-1".into(),
+                message_id: Some("m1".into()),
+                started_at_ms: 42,
+                conversation_type: ConversationType::Group,
+            }]
+        );
+    }
+
+    #[test]
+    fn signals_name_the_sender_the_agent_or_the_literal() {
+        let mut cache = ConversationCache::default();
+        cache.insert("c1", json!({"id": "c1", "name": "Team", "type": "group"}));
+        let signal = |kind, by: Option<&str>| RuntimeSignal {
+            signal: kind,
+            updated_by: by.map(str::to_owned),
+        };
+        let sent = control_signal(
+            "c1".into(),
+            signal(SignalKind::Interrupt, Some("u1")),
+            Some("a1"),
+            &cache,
+        );
+        assert_eq!(
+            sent,
+            ControlSignal {
+                chat_id: "c1".into(),
+                chat_name: Some("Team".into()),
+                chat_type: "group".into(),
+                signal: Signal::Interrupt,
+                updated_by: Some("u1".into()),
+            }
+        );
+        let by_agent = control_signal(
+            "c2".into(),
+            signal(SignalKind::StopAndDrop, Some(" ")),
+            Some("a1"),
+            &cache,
+        );
+        assert_eq!(
+            (
+                by_agent.signal,
+                by_agent.updated_by.as_deref(),
+                by_agent.chat_type.as_str()
+            ),
+            (Signal::StopAndDrop, Some("a1"), "dm")
+        );
+        assert_eq!(by_agent.chat_name.as_deref(), Some("c2"));
+        let literal = control_signal(
+            "c1".into(),
+            signal(SignalKind::NewSession, None),
+            None,
+            &cache,
+        );
+        assert_eq!(
+            (literal.signal, literal.updated_by.as_deref()),
+            (Signal::NewSession, Some(RUNTIME_CONTROL_USER))
+        );
+    }
+
+    #[test]
+    fn chat_info_reads_the_cache() {
+        let mut cache = ConversationCache::default();
+        cache.insert("c1", json!({"topic": "Launch", "type": "group"}));
+        assert_eq!(
+            chat_info("c1".into(), &cache),
+            ChatInfo {
+                name: "Launch".into(),
+                kind: "group".into(),
+                id: "c1".into(),
+            }
+        );
+    }
+}
