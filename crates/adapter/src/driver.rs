@@ -122,7 +122,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
 use canon_dispatch::protocol::DeliveryIntent;
 use canon_transport::client::{PollErrors, PollOutcome};
 use canon_transport::media::{safe_url, MediaDownloader, MediaOptions};
@@ -145,7 +144,7 @@ use canon_host::protocol::{
     self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ChatRef, ConnectResult,
     DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSummary, Frame, HandshakePolicy,
     InboundMedia, InboundMessage, Probe, ProbeResult, ShimNotification, ShimRequest,
-    StandaloneResult, TurnStarted, EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
+    EXIT_UNSUPPORTED_PROTOCOL, MAX_FRAME_BYTES,
 };
 use canon_host::turn::{
     ActivityEvent, Delivery, DeliveryFailure, Effect, HostEdit, HostMedia, HostReply, HostSend,
@@ -160,15 +159,14 @@ use canon_wire::secret::{ApiKey, Opaque};
 pub use canon_approvals::store::resolve_canon_home;
 
 use canon_host::connect::{self, ConnectFailure};
-use canon_host::conversations::{
-    canon_chat, chat_from_session_key, conversation_type_of, ConversationCache,
-};
+use canon_host::conversations::canon_chat;
 use canon_host::delivery;
 use canon_host::hitl;
-use canon_host::hitl::table::{HitlEntry, HitlKind, HitlOutcome, HitlTable};
-use canon_host::inbound::{self, finish_inbound, EventTable, InboundLanes, PendingEvent};
+use canon_host::hitl::table::{HitlEntry, HitlKind, HitlOutcome};
+use canon_host::inbound::finish_inbound;
 use canon_host::protocol::{AUDITED_HERMES, AUDITED_PYTHON};
 use canon_host::requests;
+use canon_host::session::{InboundStep, Session};
 pub mod outbound;
 
 /// Frames buffered between the stdin reader and the loop, and between the
@@ -181,10 +179,6 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// Budget of the `no_reply` silence record (turns.md §8.4).
 pub const NO_REPLY_RECORD_BUDGET: Duration = Duration::from_secs(3);
-
-/// Hermes sessions mapped to chats (our number; the conversation cache's
-/// bound).
-const MAX_SESSIONS: usize = canon_host::conversations::MAX_CONVERSATIONS;
 
 /// How often every cached conversation is polled for a runtime signal
 /// (canon-wire.md §4.9); the default of [`DriverConfig::signal_poll`].
@@ -369,24 +363,14 @@ where
     });
 
     let mut driver = Driver {
+        session: Session::default(),
         config,
         out: out_tx,
         jobs: job_tx,
         done: done_tx,
         deliveries: JoinSet::new(),
-        machine: TurnMachine::new(TurnConfig::default()),
-        dispatcher: Dispatcher::default(),
         client: None,
         stream: None,
-        agent_id: None,
-        agent_name: None,
-        handshake_done: false,
-        next_request: 0,
-        requests: HashMap::new(),
-        events: EventTable::default(),
-        next_daemon_id: 0,
-        conversations: ConversationCache::default(),
-        sessions: HashMap::new(),
         signal_tx,
         signal_ids,
         signal_tasks: JoinSet::new(),
@@ -394,18 +378,12 @@ where
         refetch_tx,
         refetch: None,
         refetch_id: 0,
-        media_scope: TrustedScope::None,
         media_dir,
         downloader: None,
         media_done: media_tx,
         media_tasks: JoinSet::new(),
         media_permits: Arc::new(Semaphore::new(MEDIA_CONCURRENCY)),
-        lanes: InboundLanes::default(),
-        connected: false,
-        owner_id: None,
-        host_approvals_timeout: None,
         hitl_tx,
-        hitl: HitlTable::default(),
         hitl_cancels: HashMap::new(),
         hitl_tasks: JoinSet::new(),
         upload_tx,
@@ -416,9 +394,9 @@ where
 
     let mut exit_reason = "stdin closed";
     loop {
-        let deadline = driver.machine.next_deadline();
+        let deadline = driver.session.machine.next_deadline();
         // Back-pressure: no new inbound events while too many wait in lanes.
-        let inbound_open = driver.lanes.items() < MAX_PENDING_INBOUND;
+        let inbound_open = driver.session.lanes.items() < MAX_PENDING_INBOUND;
         let sleep = async move {
             match deadline {
                 Some(at) => {
@@ -756,26 +734,15 @@ fn failure(error: &TransportError) -> DeliveryFailure {
 }
 
 struct Driver {
+    /// The pure state and decisions (canon-host).
+    session: Session,
     config: DriverConfig,
     out: mpsc::Sender<String>,
     jobs: mpsc::Sender<Job>,
     done: mpsc::Sender<(OpId, DeliveryResult)>,
     deliveries: JoinSet<()>,
-    machine: TurnMachine,
-    dispatcher: Dispatcher,
     client: Option<CanonClient>,
     stream: Option<EventStream>,
-    agent_id: Option<String>,
-    agent_name: Option<String>,
-    handshake_done: bool,
-    next_request: u64,
-    requests: HashMap<u64, (String, &'static str)>,
-    /// Inbound events handed to the shim, for the `turn.start` lookups.
-    events: EventTable,
-    next_daemon_id: u64,
-    conversations: ConversationCache,
-    /// Session key → chat of the open turn (`turn.complete` names no chat).
-    sessions: HashMap<String, String>,
     /// Where the signal tasks report consumed signals.
     signal_tx: mpsc::Sender<ConsumedSignal>,
     /// The conversations the signal poll visits: the cache's key set
@@ -792,8 +759,6 @@ struct Driver {
     /// The number of the latest re-fetch; a result carrying another number
     /// is stale (superseded, or from a stopped connection) and dropped.
     refetch_id: u64,
-    /// The trusted scope of the connected adapter (runtime-control.md §8.1).
-    media_scope: TrustedScope,
     /// `<CANON_HOME>/tmp`, absolute; `None` without a Canon home.
     media_dir: Option<PathBuf>,
     /// The guarded media downloader, built at the first connect.
@@ -804,19 +769,8 @@ struct Driver {
     media_tasks: JoinSet<()>,
     /// Bounds the media tasks downloading at once.
     media_permits: Arc<Semaphore>,
-    /// Inbound messages waiting for an earlier one's media, per
-    /// conversation (items bounded by [`MAX_PENDING_INBOUND`]).
-    lanes: InboundLanes,
-    /// Whether `adapter.connect` succeeded and no disconnect followed.
-    connected: bool,
-    /// The agent's owner (`GET /agents/me` `ownerId`, runtime-control.md §6.3).
-    owner_id: Option<String>,
-    /// Hermes' `approvals.timeout` from `adapter.connect` (hermes-host.md Q10).
-    host_approvals_timeout: Option<f64>,
     /// Where HITL tasks report.
     hitl_tx: mpsc::Sender<HitlEvent>,
-    /// Open blocking clarifies and approvals by their task key.
-    hitl: HitlTable,
     /// Stops a HITL task's poll and cancels its interaction, by task key.
     hitl_cancels: HashMap<u64, oneshot::Sender<()>>,
     /// The HITL tasks (aborted at exit).
@@ -1108,7 +1062,7 @@ impl Driver {
             }
         };
         let re = request.type_name();
-        if !self.handshake_done && !matches!(request, ShimRequest::Hello(_)) {
+        if !self.session.handshake_done && !matches!(request, ShimRequest::Hello(_)) {
             self.respond_error(
                 &id,
                 re,
@@ -1135,7 +1089,7 @@ impl Driver {
                 let epoch = format!("{:016x}", random_u128() as u64);
                 match protocol::negotiate(&hello, &policy, &epoch) {
                     Ok(ok) => {
-                        self.handshake_done = true;
+                        self.session.handshake_done = true;
                         let body = protocol::ShimResponse::Hello(ok).to_body();
                         self.respond(&id, re, Ok(body)).await;
                         tracing::info!(epoch, "handshake done");
@@ -1151,16 +1105,16 @@ impl Driver {
             }
             ShimRequest::Probe(probe) => self.probe(id, re, &probe).await,
             ShimRequest::AdapterChatInfo(chat) => {
-                let info = requests::chat_info(chat.chat_id, &self.conversations);
+                let info = requests::chat_info(chat.chat_id, &self.session.conversations);
                 let body = protocol::ShimResponse::AdapterChatInfo(info).to_body();
                 self.respond(&id, re, Ok(body)).await;
             }
             ShimRequest::AdapterConnect(connect) => {
-                self.host_approvals_timeout = connect.host.approvals_timeout_s;
+                self.session.host_approvals_timeout = connect.host.approvals_timeout_s;
                 let result = self
                     .connect(connect.seams.busy_handler, &connect.config.extra.0)
                     .await;
-                self.connected = result.connected;
+                self.session.connected = result.connected;
                 let body = protocol::ShimResponse::AdapterConnect(result).to_body();
                 self.respond(&id, re, Ok(body)).await;
             }
@@ -1168,7 +1122,7 @@ impl Driver {
                 // canon-wire.md §8.1: no wire call, the loops just stop.
                 self.stop_loops();
                 self.stream = None;
-                self.connected = false;
+                self.session.connected = false;
                 self.cancel_hitl(None);
                 self.feed(Input::Disconnect).await;
                 self.respond(&id, re, Ok(empty())).await;
@@ -1176,12 +1130,12 @@ impl Driver {
             ShimRequest::Shutdown(_) => {
                 self.stop_loops();
                 self.stream = None;
-                self.connected = false;
+                self.session.connected = false;
                 self.cancel_hitl(None);
                 self.respond(&id, re, Ok(empty())).await;
             }
             ShimRequest::AdapterSend(send) => {
-                let request = self.register(id, re);
+                let request = self.session.register(id, re);
                 self.feed(Input::Send(HostSend {
                     request,
                     session_key: send.ctx.session_key,
@@ -1194,7 +1148,7 @@ impl Driver {
                 .await;
             }
             ShimRequest::AdapterEdit(edit) => {
-                let request = self.register(id, re);
+                let request = self.session.register(id, re);
                 self.feed(Input::Edit(HostEdit {
                     request,
                     session_key: edit.ctx.session_key,
@@ -1207,7 +1161,7 @@ impl Driver {
                 .await;
             }
             ShimRequest::TurnStart(start) => {
-                let request = self.register(id, re);
+                let request = self.session.register(id, re);
                 let input = self.processing_start(
                     request,
                     &start.event_ref,
@@ -1219,7 +1173,7 @@ impl Driver {
                 self.feed(Input::ProcessingStart(input)).await;
             }
             ShimRequest::TurnAccepted(accepted) => {
-                let request = self.register(id, re);
+                let request = self.session.register(id, re);
                 let start = self.processing_start(
                     request,
                     &accepted.event_ref,
@@ -1235,12 +1189,10 @@ impl Driver {
                 .await;
             }
             ShimRequest::TurnComplete(complete) => {
-                let request = self.register(id, re);
+                let request = self.session.register(id, re);
                 let conversation_id = self
-                    .sessions
-                    .remove(&complete.session_key)
-                    .unwrap_or_else(|| chat_from_session_key(&complete.session_key));
-                self.events.forget(&complete.event_ref);
+                    .session
+                    .complete(&complete.session_key, &complete.event_ref);
                 self.cancel_hitl(Some(&complete.session_key));
                 self.feed(Input::ProcessingComplete {
                     request,
@@ -1253,7 +1205,7 @@ impl Driver {
             }
             ShimRequest::ToolCall(call) => {
                 if requests::is_no_reply(&call) {
-                    let request = self.register(id, re);
+                    let request = self.session.register(id, re);
                     self.feed(Input::NoReply(requests::no_reply(&call, request)))
                         .await;
                 } else {
@@ -1263,7 +1215,7 @@ impl Driver {
             ShimRequest::StandaloneSend(send) => {
                 let home_channel_config =
                     requests::home_channel_config(send.pconfig.home_channel.as_ref());
-                let request = self.register(id, re);
+                let request = self.session.register(id, re);
                 let standalone = StandaloneSend {
                     request,
                     chat_id: send.chat_id,
@@ -1292,11 +1244,8 @@ impl Driver {
                 self.send_exec_approval(id, re, approval).await
             }
             ShimRequest::Resync(resync) => {
-                let request = self.register(id, re);
-                for turn in &resync.open_turns {
-                    self.sessions
-                        .insert(turn.session_key.clone(), turn.event.chat_id.clone());
-                }
+                let request = self.session.register(id, re);
+                self.session.resync_sessions(&resync.open_turns);
                 let open_turns = requests::resync_turns(resync.open_turns);
                 self.feed(Input::Resync {
                     request,
@@ -1318,15 +1267,16 @@ impl Driver {
         re: &'static str,
         media: protocol::AdapterSendMedia,
     ) {
-        let request = self.register(id, re);
+        let request = self.session.register(id, re);
         let session_key = media.ctx.session_key.clone();
         if self
+            .session
             .machine
             .is_silenced(session_key.as_deref(), &media.chat_id)
         {
             let turn_id = session_key
                 .as_deref()
-                .and_then(|k| self.machine.open_turn(k))
+                .and_then(|k| self.session.machine.open_turn(k))
                 .unwrap_or_default()
                 .to_owned();
             self.perform(Effect::Reply {
@@ -1484,7 +1434,7 @@ impl Driver {
     /// the turn's recorded responder, else the trusted user of the call's
     /// Canon context; when both exist and differ, the recorded one.
     fn responder_for(&self, session_key: &str, ctx: &protocol::TurnContext) -> Option<String> {
-        hitl::table::responder(self.machine.responder(session_key), ctx)
+        hitl::table::responder(self.session.machine.responder(session_key), ctx)
     }
 
     /// `adapter.send_clarify` (runtime-control.md §6.4).
@@ -1536,8 +1486,10 @@ impl Driver {
                 .await;
             return;
         };
-        let timeout =
-            hitl::approval_timeout(self.config.approval_timeout, self.host_approvals_timeout);
+        let timeout = hitl::approval_timeout(
+            self.config.approval_timeout,
+            self.session.host_approvals_timeout,
+        );
         let approval_id = format!("hermes-{:020x}", random_u128() & ((1u128 << 80) - 1));
         let responder = self.responder_for(&approval.session_key, &approval.ctx);
         let request = hitl::approval_request(&hitl::ApprovalAsk {
@@ -1546,7 +1498,7 @@ impl Driver {
             command: approval.command.expose(),
             description: approval.description.as_deref(),
             responder,
-            owner_id: self.owner_id.as_deref(),
+            owner_id: self.session.agent.owner_id.as_deref(),
             allow_session: approval.allow_session.unwrap_or(true),
             smart_denied: approval.smart_denied,
             session_key: &approval.session_key,
@@ -1574,7 +1526,7 @@ impl Driver {
     /// The Canon client for a blocking HITL request: `None` unless
     /// connected.
     fn hitl_client(&self) -> Option<CanonClient> {
-        self.client.clone().filter(|_| self.connected)
+        self.client.clone().filter(|_| self.session.connected)
     }
 
     /// Opens a HITL entry and spawns its task.
@@ -1590,7 +1542,7 @@ impl Driver {
         timeout: Duration,
     ) {
         let conversation_id = entry.conversation_id.clone();
-        let Some(key) = self.hitl.open(entry) else {
+        let Some(key) = self.session.hitl.open(entry) else {
             self.respond_send(&id, re, hitl::table::too_many()).await;
             return;
         };
@@ -1632,7 +1584,10 @@ impl Driver {
                     self.hitl_cancels.remove(&key);
                     tracing::warn!(kind = re, %error, "Canon interaction request failed");
                 }
-                let created = self.hitl.created(key, result, self.owner_id.as_deref());
+                let created =
+                    self.session
+                        .hitl
+                        .created(key, result, self.session.agent.owner_id.as_deref());
                 if let Some((session_key, conversation_id)) = created.waiting {
                     self.feed(Input::WaitingInput {
                         session_key: Some(session_key),
@@ -1644,12 +1599,14 @@ impl Driver {
             }
             HitlEvent::Finished { key, outcome } => {
                 self.hitl_cancels.remove(&key);
-                let Some(finished) = self.hitl.finished(key, outcome) else {
+                let Some(finished) = self.session.hitl.finished(key, outcome) else {
                     return;
                 };
                 // `tool` after every resolution while the turn waits
                 // (turns.md OQ-3).
-                if self.machine.turn_state(&finished.session_key) == Some(TurnState::WaitingInput) {
+                if self.session.machine.turn_state(&finished.session_key)
+                    == Some(TurnState::WaitingInput)
+                {
                     self.feed(Input::InputResolved {
                         session_key: Some(finished.session_key.clone()),
                         conversation_id: finished.conversation_id.clone(),
@@ -1664,17 +1621,11 @@ impl Driver {
     /// Cancels the open HITL interactions of a session (all of them with
     /// `None`): their tasks stop polling and cancel them on Canon.
     fn cancel_hitl(&mut self, session_key: Option<&str>) {
-        for key in self.hitl.cancel_session(session_key) {
+        for key in self.session.hitl.cancel_session(session_key) {
             if let Some(cancel) = self.hitl_cancels.remove(&key) {
                 let _ = cancel.send(());
             }
         }
-    }
-
-    fn register(&mut self, id: String, re: &'static str) -> RequestId {
-        self.next_request += 1;
-        self.requests.insert(self.next_request, (id, re));
-        RequestId(self.next_request)
     }
 
     fn processing_start(
@@ -1686,29 +1637,15 @@ impl Driver {
         queue_depth: u32,
         absorbed_refs: Vec<String>,
     ) -> ProcessingStart {
-        if self.sessions.len() < MAX_SESSIONS || self.sessions.contains_key(&session_key) {
-            self.sessions
-                .insert(session_key.clone(), event.chat_id.clone());
-        }
-        let conversation_type = self.events.turn_conversation_type(event_ref, event, || {
-            self.dispatcher
-                .conversation_type(&event.chat_id, self.conversations.get(&event.chat_id))
-        });
-        let pending = self.events.get(event_ref);
-        let absorbed_queued_ids = self.events.message_ids(&absorbed_refs);
-        ProcessingStart {
+        self.session.processing_start(
             request,
+            event_ref,
             session_key,
-            conversation_id: event.chat_id.clone(),
-            message_id: event.message_id.clone(),
-            disposition_queued: pending.is_some_and(|p| p.disposition_queued),
-            absorbed_queued_ids,
-            responder: event.user_id.clone(),
-            reply_authority: pending.and_then(|p| p.reply_authority.clone()),
-            conversation_type,
+            event,
             queue_depth,
-            random: random_u128(),
-        }
+            &absorbed_refs,
+            random_u128(),
+        )
     }
 
     async fn on_notification(&mut self, kind: &str, body: Value) {
@@ -1808,7 +1745,7 @@ impl Driver {
                 return connect::refusal(ConnectFailure::InvalidConfig(error.to_string()));
             }
         };
-        self.media_scope = settings.scope();
+        self.session.media_scope = settings.scope();
         if self.config.api_key.expose().is_empty() || self.config.base_url.is_empty() {
             return connect::refusal(ConnectFailure::MissingCredentials);
         }
@@ -1830,10 +1767,10 @@ impl Driver {
             Err(error) => return connect::refusal(call_failed(&error)),
         };
         self.replace_conversations(conversations);
-        self.agent_id = me.agent_id.clone();
-        self.agent_name = me.display_name.clone();
-        self.owner_id = me.owner_id.clone();
-        self.machine = TurnMachine::new(TurnConfig {
+        self.session.agent.agent_id = me.agent_id.clone();
+        self.session.agent.agent_name = me.display_name.clone();
+        self.session.agent.owner_id = me.owner_id.clone();
+        self.session.machine = TurnMachine::new(TurnConfig {
             supports_interleave: busy_handler,
             ..TurnConfig::default()
         });
@@ -1856,7 +1793,7 @@ impl Driver {
         });
         tracing::info!(
             agent_id = me.agent_id.as_deref().unwrap_or(""),
-            media_scope = ?self.media_scope,
+            media_scope = ?self.session.media_scope,
             "adapter connected"
         );
         connect::connected(me.agent_id, me.display_name)
@@ -1895,14 +1832,18 @@ impl Driver {
                 conversation_id,
                 changes,
             } => {
-                if self.conversations.apply_update(&conversation_id, changes) {
+                if self
+                    .session
+                    .conversations
+                    .apply_update(&conversation_id, changes)
+                {
                     self.publish_signal_ids();
                 }
             }
             EventKind::AgentContext {
                 agent_id: Some(agent_id),
                 ..
-            } => self.agent_id = Some(agent_id),
+            } => self.session.agent.agent_id = Some(agent_id),
             EventKind::ReplayExpired { last_available_id } => {
                 // canon-wire.md §5.3: the transport already moved the cursor.
                 tracing::info!(
@@ -1916,61 +1857,24 @@ impl Driver {
     }
 
     async fn on_message_created(&mut self, created: canon_wire::events::MessageCreated) {
-        let disposition_queued = inbound::disposition_queued(&created.message);
-        let payload = Value::Object(created.payload.clone());
-        let conversation_id = created.conversation_id.clone();
-        let outcome = {
-            let ctx = Context {
-                agent_id: self.agent_id.as_deref(),
-                agent_name: self.agent_name.as_deref(),
-                cached_conversation: self.conversations.get(&conversation_id),
-            };
-            self.dispatcher.handle_message_created(&payload, ctx)
-        };
-        if outcome.reached_conversation_step() {
-            if let Some(conversation) = payload.get("conversation").filter(|c| c.is_object()) {
-                if self
-                    .conversations
-                    .insert(&conversation_id, conversation.clone())
-                {
-                    self.publish_signal_ids();
-                }
-            }
+        let (step, keys_changed) = self.session.message_created(created);
+        if keys_changed {
+            self.publish_signal_ids();
         }
-        let wake = match outcome {
-            PipelineOutcome::Wake(wake) => wake,
-            other => {
-                tracing::debug!(conversation_id, ?other, "inbound message does not wake");
-                return;
+        match step {
+            InboundStep::Nothing => {}
+            InboundStep::Send(message) => {
+                self.send_request(DaemonRequest::InboundMessage(*message))
+                    .await
             }
-        };
-        let event_ref = self.events.remember(PendingEvent {
-            message_id: wake.source.message_id.clone(),
-            reply_authority: created.reply_authority,
-            conversation_type: conversation_type_of(Some(wake.source.chat_type)),
-            disposition_queued,
-        });
-        let intent = wake.delivery_intent;
-        let message = inbound::wake_message(event_ref, *wake);
-        let attachments = inbound::attachments(&created.message);
-        match attachments {
-            Some(attachments) => self.spawn_media(
+            InboundStep::Materialize {
+                job,
                 conversation_id,
                 message,
-                Value::Object(created.message),
+                source,
                 attachments,
                 intent,
-            ),
-            None => self.enqueue_inbound(conversation_id, message).await,
-        }
-    }
-
-    /// Sends an `inbound.message` without media now, or behind the messages
-    /// of its conversation that are still materializing.
-    async fn enqueue_inbound(&mut self, conversation_id: String, message: InboundMessage) {
-        if let Some(message) = self.lanes.ready(&conversation_id, message) {
-            self.send_request(DaemonRequest::InboundMessage(message))
-                .await;
+            } => self.spawn_media(job, conversation_id, *message, source, attachments, intent),
         }
     }
 
@@ -1979,14 +1883,14 @@ impl Driver {
     /// conversation's lane now and is sent from [`Driver::on_media_done`].
     fn spawn_media(
         &mut self,
+        job: u64,
         conversation_id: String,
         message: InboundMessage,
         source: Value,
         attachments: Vec<Value>,
         intent: DeliveryIntent,
     ) {
-        let job = self.lanes.pending(&conversation_id);
-        let scope = self.media_scope;
+        let scope = self.session.media_scope;
         let downloader = self.downloader.clone();
         let dir = self.media_dir.clone();
         let permits = Arc::clone(&self.media_permits);
@@ -2036,7 +1940,7 @@ impl Driver {
             job,
             message,
         } = done;
-        let Some(ready) = self.lanes.finished(&conversation_id, job, *message) else {
+        let Some(ready) = self.session.lanes.finished(&conversation_id, job, *message) else {
             tracing::error!(conversation_id, job, "media result for no pending message");
             debug_assert!(false, "media result for no pending message");
             return;
@@ -2050,12 +1954,7 @@ impl Driver {
     /// Sends a daemon-originated request (`d:<n>`); the shim's answer is
     /// only logged ([`Frame::Response`] in `on_line`).
     async fn send_request(&mut self, request: DaemonRequest) {
-        self.next_daemon_id += 1;
-        let line = protocol::encode_request(
-            &format!("d:{}", self.next_daemon_id),
-            request.type_name(),
-            request.to_body(),
-        );
+        let line = self.session.request_line(request);
         self.send_line(line).await;
     }
 
@@ -2069,8 +1968,8 @@ impl Driver {
         let control = requests::control_signal(
             conversation_id,
             signal,
-            self.agent_id.as_deref(),
-            &self.conversations,
+            self.session.agent.agent_id.as_deref(),
+            &self.session.conversations,
         );
         tracing::info!(conversation_id = control.chat_id, signal = ?control.signal, "runtime control signal");
         self.send_request(DaemonRequest::ControlSignal(control))
@@ -2161,7 +2060,7 @@ impl Driver {
     /// Replaces the conversation cache with a fresh `GET /conversations`
     /// list and republishes the signal pass's key set (canon-wire.md §4.2).
     fn replace_conversations(&mut self, conversations: Vec<canon_wire::types::Conversation>) {
-        self.conversations.replace(conversations);
+        self.session.conversations.replace(conversations);
         self.publish_signal_ids();
     }
 
@@ -2180,7 +2079,8 @@ impl Driver {
 
     /// Republishes the set of conversations the signal pass visits.
     fn publish_signal_ids(&self) {
-        self.signal_ids.send_replace(self.conversations.ids());
+        self.signal_ids
+            .send_replace(self.session.conversations.ids());
     }
 
     /// `probe` (hermes-host.md §19.6): without `verify` from the
@@ -2256,7 +2156,7 @@ impl Driver {
 
     /// Runs the machine on one input and carries out its effects.
     async fn feed(&mut self, input: Input) {
-        let effects = self.machine.handle(input, now_ms());
+        let effects = self.session.machine.handle(input, now_ms());
         for effect in effects {
             self.perform(effect).await;
         }
@@ -2265,43 +2165,9 @@ impl Driver {
     async fn perform(&mut self, effect: Effect) {
         match effect {
             Effect::Reply { request, reply } => {
-                let Some((id, re)) = self.requests.remove(&request.0) else {
-                    tracing::error!(request = request.0, "reply for an unknown request");
-                    debug_assert!(false, "reply for an unknown request");
+                let Some(line) = self.session.reply_line(request, reply) else {
                     return;
                 };
-                let body = match reply {
-                    HostReply::Send(outcome) => {
-                        serde_json::to_value(protocol::SendResult::from(&outcome))
-                            .unwrap_or_else(|_| empty())
-                    }
-                    HostReply::TurnStarted { turn_id } => {
-                        protocol::ShimResponse::TurnStart(TurnStarted { turn_id }).to_body()
-                    }
-                    HostReply::Done => empty(),
-                    HostReply::NoReply(outcome) => {
-                        protocol::ShimResponse::ToolCall(protocol::ToolResult {
-                            result: outcome.tool_result(),
-                        })
-                        .to_body()
-                    }
-                    HostReply::Standalone(result) => {
-                        let result = match result {
-                            Ok(message_id) => StandaloneResult {
-                                success: Some(true),
-                                message_id,
-                                error: None,
-                            },
-                            Err(error) => StandaloneResult {
-                                success: None,
-                                message_id: None,
-                                error: Some(error),
-                            },
-                        };
-                        protocol::ShimResponse::StandaloneSend(result).to_body()
-                    }
-                };
-                let line = protocol::encode_response(&id, re, Ok(body));
                 let job = Job::Respond {
                     out: self.out.clone(),
                     line,

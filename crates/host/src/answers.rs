@@ -1,12 +1,48 @@
-//! How the turn machine's answers become shim protocol replies: the Hermes
-//! `SendResult` of a send or edit, and the machine's view of Hermes'
-//! processing outcome. Kept apart so [`crate::protocol`] stays a leaf that
+//! How the turn machine's answers become shim protocol replies: the
+//! response body of each [`HostReply`] (the Hermes `SendResult` of a send or
+//! edit among them), and the machine's view of Hermes' processing outcome. Kept apart so [`crate::protocol`] stays a leaf that
 //! knows nothing of the turn machine.
 
 use serde_json::{Map, Value};
 
-use crate::protocol::{ProcessingOutcome, SendResult};
-use crate::turn::{Outcome, SendOutcome};
+use crate::protocol::{
+    ProcessingOutcome, SendResult, ShimResponse, StandaloneResult, ToolResult, TurnStarted,
+};
+use crate::turn::{HostReply, Outcome, SendOutcome};
+
+/// The response body of a turn-machine answer: a `SendResult` for a send
+/// or edit, the turn id for `turn.start` and `turn.accepted`, `{}` for
+/// `turn.complete` and `resync`, the tool result for `no_reply`, and
+/// `{success, message_id}` or `{error}` for `standalone.send`.
+pub fn reply_body(reply: HostReply) -> Value {
+    match reply {
+        HostReply::Send(outcome) => serde_json::to_value(SendResult::from(&outcome))
+            .unwrap_or_else(|_| Value::Object(Map::new())),
+        HostReply::TurnStarted { turn_id } => {
+            ShimResponse::TurnStart(TurnStarted { turn_id }).to_body()
+        }
+        HostReply::Done => Value::Object(Map::new()),
+        HostReply::NoReply(outcome) => ShimResponse::ToolCall(ToolResult {
+            result: outcome.tool_result(),
+        })
+        .to_body(),
+        HostReply::Standalone(result) => {
+            let result = match result {
+                Ok(message_id) => StandaloneResult {
+                    success: Some(true),
+                    message_id,
+                    error: None,
+                },
+                Err(error) => StandaloneResult {
+                    success: None,
+                    message_id: None,
+                    error: Some(error),
+                },
+            };
+            ShimResponse::StandaloneSend(result).to_body()
+        }
+    }
+}
 
 impl From<&SendOutcome> for SendResult {
     /// The Hermes `SendResult` for a turn-machine answer (turns.md §7.3,
@@ -73,6 +109,42 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::turn::NoReplyOutcome;
+
+    #[test]
+    fn every_reply_has_its_response_body() {
+        assert_eq!(
+            reply_body(HostReply::TurnStarted {
+                turn_id: "hermes-1".into()
+            }),
+            json!({"turn_id": "hermes-1"})
+        );
+        assert_eq!(reply_body(HostReply::Done), json!({}));
+        assert_eq!(
+            reply_body(HostReply::Standalone(Ok(Some("m9".into())))),
+            json!({"success": true, "message_id": "m9"})
+        );
+        assert_eq!(
+            reply_body(HostReply::Standalone(Err(
+                "Canon standalone send failed: x".into()
+            ))),
+            json!({"error": "Canon standalone send failed: x"})
+        );
+        let refused = reply_body(HostReply::NoReply(NoReplyOutcome::Refused {
+            error: "nope".into(),
+        }));
+        let text = refused["result"].as_str().expect("a result string");
+        assert_eq!(
+            serde_json::from_str::<Value>(text).unwrap(),
+            json!({"error": "nope", "success": false})
+        );
+        assert_eq!(
+            reply_body(HostReply::Send(SendOutcome::Delivered {
+                message_id: Some("m1".into())
+            }))["message_id"],
+            json!("m1")
+        );
+    }
 
     #[test]
     fn turn_answers_map_onto_send_results() {

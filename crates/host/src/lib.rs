@@ -37,4 +37,5 @@ pub mod inbound;
 pub mod media;
 pub mod protocol;
 pub mod requests;
+pub mod session;
 pub mod turn;
