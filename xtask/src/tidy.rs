@@ -45,6 +45,7 @@ mod tests {
             &[
                 "canon-cards",
                 "canon-adapter",
+                "canon-approvals",
                 "canon-sim",
                 "canon-wire",
                 "canon-host",

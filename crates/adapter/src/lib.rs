@@ -1,22 +1,45 @@
 //! canon-adapter: the tokio shell of `canon-hermes serve --stdio`.
 //!
-//! [`driver`] reads the shim's JSON-lines frames on stdin and writes on
-//! stdout, runs the turn machine and the rules of `canon-host`, talks to
-//! Canon through `canon-transport`, feeds the SSE stream through
-//! `canon_dispatch::pipeline`, and drives the timers the turn machine asks
-//! for. The decisions it still makes in async code are being moved into
-//! `canon-host` (ARCHITECTURE.md).
+//! [`run`] reads the shim's JSON-lines frames on stdin and writes on
+//! stdout, keeps a `canon_host::session::Session` (the daemon's pure state
+//! and decisions) with its turn machine, talks to Canon through
+//! `canon-transport`, feeds the SSE stream through the wake pipeline, runs
+//! the background tasks (media downloads and uploads, the HITL polls, the
+//! runtime-signal pass, the status loop), and drives the timers the turn
+//! machine asks for. [`Config`] is what the binary reads from the
+//! environment; [`config`] also holds the shell's timing constants.
+//!
+//! Layout: `shell` is the select loop and the driver's methods, split by
+//! concern (`requests`, `stream`, `media`, `hitl`); `stdio` the line reader
+//! and writer; `canon` the in-order best-effort worker and durable
+//! deliveries; `tasks` the background tasks and their reports;
+//! `inbound_media` downloads and hand-off files; `outbound` uploads; `env`
+//! the clock and randomness.
 //!
 //! # Invariants
 //!
 //! * Only this crate (and the binary) uses tokio, reads the clock and draws
-//!   randomness; it passes `now_ms` and fresh `u128`s to the pure core.
-//! * Never panics on outside input (host frames, Canon results).
-//! * Secrets (reply-authority tokens, API keys, approval reasons) never
-//!   appear in `Debug` output or logs.
+//!   randomness for the daemon; the pure core gets `now_ms` and fresh
+//!   `u128`s.
+//! * Best-effort Canon writes stay on one in-order worker, and replies to
+//!   turn requests queue behind them; `adapter.connect` pauses the loop; the
+//!   stream is not read while too many inbound messages wait in lanes;
+//!   every report has its own bounded channel; at exit the tasks are
+//!   aborted and deliveries drained within `config::EXIT_GRACE`.
+//! * Never panics on outside input; secrets never appear in `Debug` output
+//!   or logs.
 //! * Depends on `canon-host`, `canon-wire`, `canon-chunking`,
-//!   `canon-dispatch`, `canon-transport` and `canon-approvals` (for now only
-//!   its `CANON_HOME` rule) among our crates (ARCHITECTURE.md); never on the
-//!   cli, the simulator or xtask.
+//!   `canon-dispatch`, `canon-transport` and `canon-approvals` among our
+//!   crates (ARCHITECTURE.md); never on the cli, the simulator or xtask.
 
-pub mod driver;
+mod canon;
+pub mod config;
+mod env;
+mod inbound_media;
+mod outbound;
+mod shell;
+mod stdio;
+mod tasks;
+
+pub use config::Config;
+pub use shell::run;

@@ -1,11 +1,12 @@
 //! `canon-hermes serve --stdio`: the daemon the Python shim spawns (hermes-host.md §19.3).
 //! Reads its configuration from the environment, installs the stderr log subscriber and runs
-//! `canon_adapter::driver` over stdin and stdout. The API key never reaches a log line.
+//! `canon_adapter::run` over stdin and stdout. The API key never reaches a log line.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canon_adapter::driver::{self, DriverConfig};
+use canon_adapter::config::{self, Config};
+use canon_approvals::store::resolve_canon_home;
 use canon_host::hitl;
 use canon_wire::ApiKey;
 
@@ -45,20 +46,20 @@ fn canon_home() -> Option<PathBuf> {
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from);
-    driver::resolve_canon_home(std::env::var("CANON_HOME").ok().as_deref(), home.as_deref())
+    resolve_canon_home(std::env::var("CANON_HOME").ok().as_deref(), home.as_deref())
 }
 
-/// The driver configuration from `CANON_API_KEY`, `CANON_BASE_URL`, `CANON_STREAM_URL`
+/// The daemon configuration from `CANON_API_KEY`, `CANON_BASE_URL`, `CANON_STREAM_URL`
 /// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL`,
 /// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_INBOUND_IMAGE_DELIVERY`,
 /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (checked at `adapter.connect`, where they win over the
 /// platform extras), `CANON_HOME`, `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS`,
 /// `CANON_HERMES_STATUS_INTERVAL_MS`, `CANON_HERMES_HITL_POLL_MS`, and `HERMES_CLARIFY_TIMEOUT`
 /// and `HERMES_APPROVAL_TIMEOUT` (runtime-control.md §6.4, §6.5; default 300 s, 5..1,800 s).
-fn config_from_env() -> DriverConfig {
+fn config_from_env() -> Config {
     let base_url = env("CANON_BASE_URL").unwrap_or_default();
     let stream_url = env("CANON_STREAM_URL").unwrap_or_else(|| base_url.clone());
-    DriverConfig {
+    Config {
         base_url,
         stream_url,
         api_key: ApiKey::new(env("CANON_API_KEY").unwrap_or_default()),
@@ -73,11 +74,11 @@ fn config_from_env() -> DriverConfig {
         manifest_sha256: None,
         durable_backoff: None,
         parent_pid: parent_pid(),
-        signal_poll: interval_ms("CANON_HERMES_SIGNAL_POLL_MS", driver::SIGNAL_POLL),
-        status_interval: interval_ms("CANON_HERMES_STATUS_INTERVAL_MS", driver::STATUS_INTERVAL),
+        signal_poll: interval_ms("CANON_HERMES_SIGNAL_POLL_MS", config::SIGNAL_POLL),
+        status_interval: interval_ms("CANON_HERMES_STATUS_INTERVAL_MS", config::STATUS_INTERVAL),
         clarify_timeout: hitl::timeout_from_env(env("HERMES_CLARIFY_TIMEOUT").as_deref()),
         approval_timeout: hitl::timeout_from_env(env("HERMES_APPROVAL_TIMEOUT").as_deref()),
-        hitl_poll: interval_ms("CANON_HERMES_HITL_POLL_MS", driver::HITL_POLL),
+        hitl_poll: interval_ms("CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
     }
 }
 
@@ -117,7 +118,7 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
             return exit::FAILED;
         }
     };
-    let code = runtime.block_on(driver::run(
+    let code = runtime.block_on(canon_adapter::run(
         config,
         tokio::io::BufReader::new(tokio::io::stdin()),
         tokio::io::stdout(),

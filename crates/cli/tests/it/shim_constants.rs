@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use canon_adapter::driver;
+use canon_adapter::config;
 use canon_chunking::limits;
 use canon_host::protocol::{self, ErrorCode, HandshakePolicy, Hello, ShimRequest, TurnContext};
 use canon_host::turn;
@@ -177,10 +177,10 @@ fn shim_constants_equal_the_rust_constants() {
     assert_eq!(actual, expected);
     let timeout = |kind: &str| seconds(&timeouts[kind]);
     // The daemon's own budgets fit inside the shim's waits.
-    assert!(driver::PROBE_VERIFY_BUDGET < timeout("probe"));
-    assert!(driver::HITL_CREATE_BUDGET < timeout("adapter.send_clarify"));
-    assert!(driver::HITL_CREATE_BUDGET < timeout("adapter.send_exec_approval"));
-    assert!(driver::EXIT_GRACE <= seconds(get("EXIT_WAIT")));
+    assert!(config::PROBE_VERIFY_BUDGET < timeout("probe"));
+    assert!(config::HITL_CREATE_BUDGET < timeout("adapter.send_clarify"));
+    assert!(config::HITL_CREATE_BUDGET < timeout("adapter.send_exec_approval"));
+    assert!(config::EXIT_GRACE <= seconds(get("EXIT_WAIT")));
     checked.extend([
         "STANDALONE_FAILED",
         "HOST_REFUSAL",

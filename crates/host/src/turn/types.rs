@@ -32,7 +32,7 @@ pub enum Route {
     /// `POST /agent/verbs/send_to` (turns.md §4.6: `standalone.send` and a
     /// durable `send` with no turn id), one request per part with
     /// `idempotencyKey` = the part's message id; `replyTo`, `mentions` and
-    /// `replyToPosition` ride in the envelope (canon-wire.md §4.15 [target]).
+    /// `replyToPosition` ride in the envelope (canon-wire.md §4.15 \[target\]).
     SendTo,
 }
 

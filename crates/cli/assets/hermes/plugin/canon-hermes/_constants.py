@@ -36,7 +36,7 @@ TIMEOUTS = {
     "adapter.send_clarify": 14, "adapter.send_exec_approval": 14, "adapter.chat_info": 10,
     "turn.start": 30, "turn.complete": 600, "standalone.send": 120, "resync": 30, "shutdown": 5,
 }
-EXIT_WAIT = 5  # seconds from stdin EOF to SIGTERM; at least canon_adapter::driver::EXIT_GRACE
+EXIT_WAIT = 5  # seconds from stdin EOF to SIGTERM; at least canon_adapter::config::EXIT_GRACE
 
 # Error codes the shim sets itself: values of canon_host::protocol::ErrorCode.
 BACKPRESSURE, TIMEOUT, DAEMON_EXITED = "backpressure", "timeout", "daemon_exited"

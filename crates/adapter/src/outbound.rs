@@ -8,28 +8,27 @@
 //! [`MAX_UPLOAD_BYTES`] is refused before it is read, with
 //! [`UPLOAD_LIMIT_ERROR`]. File contents never reach a log line.
 
+use canon_host::media::{extension, mime_for_extension, normalize_mime, url_path};
+use canon_host::protocol::MediaOp;
+use canon_host::turn::MediaPayload;
 use canon_transport::media::MediaDownloader;
 use canon_transport::{CanonClient, TransportError};
 use canon_wire::types::{attachment_kind, UploadMedia};
 use serde_json::{Map, Value};
 
-use canon_host::media::{extension, mime_for_extension, normalize_mime, url_path};
-use canon_host::protocol::MediaOp;
-use canon_host::turn::MediaPayload;
-
 /// The per-file upload cap (canon-wire.md §4.4): 10 MiB.
-pub const MAX_UPLOAD_BYTES: u64 = 10 * 1024 * 1024;
+pub(crate) const MAX_UPLOAD_BYTES: u64 = 10 * 1024 * 1024;
 
 /// The error of a file above [`MAX_UPLOAD_BYTES`] (exact, §4.4).
-pub const UPLOAD_LIMIT_ERROR: &str = "Canon media upload limit is 10MB";
+pub(crate) const UPLOAD_LIMIT_ERROR: &str = "Canon media upload limit is 10MB";
 
 /// At most this many `adapter.send_media` / standalone uploads run at once
 /// (hermes-host.md §19.9).
-pub const UPLOAD_CONCURRENCY: usize = 8;
+pub(crate) const UPLOAD_CONCURRENCY: usize = 8;
 
 /// One media item to upload.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MediaItem {
+pub(crate) struct MediaItem {
     /// The Hermes method.
     pub op: MediaOp,
     /// Remote URL (`image_url`; a `file://` URL is read as a local path).
@@ -46,7 +45,7 @@ pub struct MediaItem {
 
 /// The MIME type of a local file: the caller's hint, else the extension
 /// (canon-wire.md §7.4 fallbacks), else `application/octet-stream`.
-pub fn local_mime(path: &str, hint: Option<&str>) -> String {
+pub(crate) fn local_mime(path: &str, hint: Option<&str>) -> String {
     if let Some(mime) = hint.and_then(normalize_mime) {
         return mime;
     }
@@ -69,13 +68,13 @@ pub fn local_mime(path: &str, hint: Option<&str>) -> String {
 }
 
 /// The basename of a path or URL path; `None` when empty.
-pub fn basename(path: &str) -> Option<String> {
+pub(crate) fn basename(path: &str) -> Option<String> {
     let leaf = path.rsplit(['/', '\\']).next().unwrap_or_default();
     (!leaf.is_empty() && leaf != "." && leaf != "..").then(|| leaf.to_owned())
 }
 
 /// The message `contentType` for an attachment kind (canon-wire.md §4.4).
-pub fn content_type_for(kind: &str) -> &'static str {
+pub(crate) fn content_type_for(kind: &str) -> &'static str {
     match kind {
         "image" => "image",
         "audio" => "audio",
@@ -86,7 +85,7 @@ pub fn content_type_for(kind: &str) -> &'static str {
 
 /// Reads a local file of at most [`MAX_UPLOAD_BYTES`]; the size is checked
 /// before reading. Errors never carry the file's contents.
-pub async fn read_local(path: &str) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_local(path: &str) -> Result<Vec<u8>, String> {
     let path = path.strip_prefix("file://").unwrap_or(path).to_owned();
     tokio::task::spawn_blocking(move || read_local_sync(&path))
         .await
@@ -146,7 +145,7 @@ async fn upload(
 /// Uploads one `adapter.send_media` item (canon-wire.md §7.4): a remote
 /// image through the SSRF-guarded downloader, anything else from disk.
 /// Returns the attachment and the message `contentType`.
-pub async fn upload_item(
+pub(crate) async fn upload_item(
     client: &CanonClient,
     downloader: &MediaDownloader,
     conversation_id: &str,
@@ -216,7 +215,7 @@ pub async fn upload_item(
 /// §15); the message `contentType` is the first attachment's kind when it is
 /// `image`/`audio`/`video`, else `file` (always `file` with
 /// `force_document`).
-pub async fn upload_files(
+pub(crate) async fn upload_files(
     client: &CanonClient,
     conversation_id: &str,
     paths: &[String],

@@ -1,0 +1,162 @@
+//! The daemon's configuration (read from the environment by the binary)
+//! and the timing and size constants of the shell: channel capacities,
+//! loop intervals, budgets inside the shim's timeouts, concurrency bounds.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use canon_wire::secret::ApiKey;
+
+/// Frames buffered between the stdin reader and the loop, and between the
+/// loop and the stdout writer (hermes-host.md §19.9).
+pub const CHANNEL_FRAMES: usize = 256;
+
+/// How long in-flight Canon writes may finish after stdin EOF
+/// (hermes-host.md §19.3).
+pub const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// Budget of the `no_reply` silence record (turns.md §8.4).
+pub const NO_REPLY_RECORD_BUDGET: Duration = Duration::from_secs(3);
+
+/// How often every cached conversation is polled for a runtime signal
+/// (canon-wire.md §4.9); the default of [`Config::signal_poll`].
+pub const SIGNAL_POLL: Duration = Duration::from_secs(15);
+
+/// How often the runtime status is published again after the one at
+/// connect (canon-wire.md §8.1 step 7, T10); the default of
+/// [`Config::status_interval`].
+pub const STATUS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The shortest signal poll or status interval accepted (our number): a
+/// zero interval would spin, and `tokio::time::interval` refuses it.
+pub(crate) const MIN_LOOP_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The longest signal poll or status interval accepted (our number), far
+/// from the clock arithmetic's overflow.
+pub(crate) const MAX_LOOP_INTERVAL: Duration = Duration::from_secs(3_600);
+
+/// How often `CANON_HERMES_PARENT_PID` is checked (hermes-host.md §19.3).
+pub const PARENT_CHECK: Duration = Duration::from_secs(5);
+
+/// Sleeps before the retries of a failed disposition release
+/// (hermes-host.md §12.3, canon-wire.md §4.10).
+pub const DISPOSITION_RETRY_DELAYS: [Duration; 3] = [
+    Duration::from_secs(2),
+    Duration::from_secs(8),
+    Duration::from_secs(30),
+];
+
+/// Disposition releases retrying at once (our number); beyond it a failed
+/// release is only logged, so a Canon outage cannot pile up tasks.
+pub(crate) const MAX_DISPOSITION_RETRIES: usize = 256;
+
+/// Budget of a `probe` with `verify: true`, inside the shim's 5 s timeout
+/// (hermes-host.md §19.6).
+pub const PROBE_VERIFY_BUDGET: Duration = Duration::from_secs(4);
+
+/// Consumed signals buffered between the signal tasks and the loop.
+pub(crate) const SIGNAL_FRAMES: usize = 64;
+
+/// Inbound messages materializing their media at once (our number; the
+/// others wait for a permit in their own task).
+pub const MEDIA_CONCURRENCY: usize = 4;
+
+/// Inbound messages waiting in conversation lanes at most (our number);
+/// at the cap the loop stops reading the event stream until one is sent.
+pub const MAX_PENDING_INBOUND: usize = 256;
+
+/// Hand-off files older than this are deleted at start (hermes-host.md Q8).
+pub const HANDOFF_MAX_AGE: Duration = Duration::from_secs(3_600);
+
+/// The hand-off directory under `CANON_HOME` (hermes-host.md Q8, cli.md §6).
+pub const HANDOFF_DIR: &str = "tmp";
+
+/// How often a blocking clarify or approval is polled (canon-wire.md
+/// How often a blocking clarify or approval is polled (canon-wire.md
+/// §9.1); the default of [`Config::hitl_poll`].
+pub const HITL_POLL: Duration = Duration::from_secs(1);
+
+/// How long creating a blocking clarify or approval may take before the
+/// shim's request is answered as failed (inside its 14 s timeout,
+/// hermes-host.md §19.6).
+pub const HITL_CREATE_BUDGET: Duration = Duration::from_secs(10);
+
+/// The end of the message of a request this daemon does not serve yet.
+pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
+
+/// What the driver needs; read from the environment by the binary.
+#[derive(Clone)]
+pub struct Config {
+    /// `CANON_BASE_URL`.
+    pub base_url: String,
+    /// `CANON_STREAM_URL`.
+    pub stream_url: String,
+    /// `CANON_API_KEY` (redacted in `Debug`).
+    pub api_key: ApiKey,
+    /// `CANON_ENVIRONMENT_ID`; when set, `adapter.connect` verifies both
+    /// services belong to it (canon-wire.md §1.2).
+    pub environment_id: Option<String>,
+    /// `HERMES_ALLOW_PRIVATE_URLS`: inbound media downloads may reach
+    /// private addresses (the cloud-metadata floor stays blocked).
+    pub allow_private_urls: bool,
+    /// `CANON_INBOUND_IMAGE_DELIVERY` (`None` when unset or blank); wins over
+    /// the platform extra (runtime-control.md §8.1).
+    pub inbound_image_delivery: Option<String>,
+    /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (`None` when unset or blank).
+    pub inbound_visual_media_delivery: Option<String>,
+    /// The Canon home (`canon_approvals::store::resolve_canon_home`); inbound media are handed to
+    /// the shim as files under its `tmp/`. `None` (no home directory): no
+    /// attachment can be handed off, each counts as failed.
+    pub canon_home: Option<PathBuf>,
+    /// `CANON_HOME_CHANNEL`, the standalone fallback target.
+    pub home_channel: Option<String>,
+    /// SHA-256 of the manifest this binary would install; `None` accepts the
+    /// shim's (the install command that generates it does not exist yet).
+    pub manifest_sha256: Option<String>,
+    /// Sleeps of the durable loop; `None` keeps the transport's defaults.
+    pub durable_backoff: Option<[Duration; 2]>,
+    /// `CANON_HERMES_PARENT_PID`: the daemon exits, as on stdin EOF, once
+    /// this process no longer exists (checked every [`PARENT_CHECK`]).
+    pub parent_pid: Option<u32>,
+    /// Interval of the runtime signal poll ([`SIGNAL_POLL`] in production;
+    /// tests shorten it), kept between 50 ms and one hour.
+    pub signal_poll: Duration,
+    /// Interval of the runtime status loop ([`STATUS_INTERVAL`] in
+    /// production; tests shorten it), kept between 50 ms and one hour.
+    pub status_interval: Duration,
+    /// `HERMES_CLARIFY_TIMEOUT` (`canon_host::hitl::timeout_from_env`): the Canon
+    /// deadline of a blocking clarify (runtime-control.md §6.4).
+    pub clarify_timeout: Duration,
+    /// `HERMES_APPROVAL_TIMEOUT` (`canon_host::hitl::timeout_from_env`): the Canon
+    /// deadline of an exec approval before the minimum with Hermes' own
+    /// `approvals.timeout` (runtime-control.md §6.5, hermes-host.md Q10).
+    pub approval_timeout: Duration,
+    /// Poll interval of blocking clarifies and approvals ([`HITL_POLL`] in
+    /// production; tests shorten it), kept between 50 ms and one hour.
+    pub hitl_poll: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("base_url", &self.base_url)
+            .field("stream_url", &self.stream_url)
+            .field("api_key", &self.api_key)
+            .field("environment_id", &self.environment_id)
+            .field("allow_private_urls", &self.allow_private_urls)
+            .field("inbound_image_delivery", &self.inbound_image_delivery)
+            .field(
+                "inbound_visual_media_delivery",
+                &self.inbound_visual_media_delivery,
+            )
+            .field("canon_home", &self.canon_home)
+            .field("home_channel", &self.home_channel)
+            .field("parent_pid", &self.parent_pid)
+            .field("signal_poll", &self.signal_poll)
+            .field("status_interval", &self.status_interval)
+            .field("clarify_timeout", &self.clarify_timeout)
+            .field("approval_timeout", &self.approval_timeout)
+            .field("hitl_poll", &self.hitl_poll)
+            .finish_non_exhaustive()
+    }
+}

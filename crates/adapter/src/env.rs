@@ -1,0 +1,44 @@
+//! What only the shell may read: the clock and fresh randomness, handed to
+//! the pure core as `now_ms` and `u128` values, and small helpers around
+//! them.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use canon_wire::secret::Opaque;
+use serde_json::{Map, Value};
+
+/// The epoch-ms deadline `timeout` from now.
+pub(crate) fn expires_at(timeout: Duration) -> u64 {
+    now_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+}
+
+pub(crate) fn empty() -> Value {
+    Value::Object(Map::new())
+}
+
+pub(crate) fn opaque(value: Opaque) -> Option<Value> {
+    (!value.0.is_null()).then_some(value.0)
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Fresh randomness for turn ids and epochs, from the standard library's
+/// per-process random hasher keys, a counter and the clock.
+pub(crate) fn random_u128() -> u128 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let half = || {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        hasher.write_u64(now_ms());
+        hasher.finish()
+    };
+    (u128::from(half()) << 64) | u128::from(half())
+}
