@@ -4,7 +4,6 @@
 //! `SLOW_DELAY_MS`), acts while it streams, and asserts the simulator's Canon writes: the
 //! agent's `turn_complete` messages (text and `turnId`) and the `/runtime/turn` states.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use canon_sim::config::SimConfig;
@@ -15,6 +14,7 @@ use canon_sim::{Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
 use super::gateway_support::{start_gateway_with, Gateway, GatewayOptions, TURN};
+use super::shim_support::turn_states_by_turn;
 
 const SLOW_PROMPT: &str = "SLOW please take your time";
 const SLOW_ANSWER: &str = "Slowly streamed answer one two three four five six seven eight nine \
@@ -82,7 +82,8 @@ impl Scenario {
         format!(
             "sim messages: {}\nturn states: {:?}\n{}",
             state["messages"],
-            turn_states(&self.sim),
+            self.sim
+                .read_state(|s| turn_states_by_turn(s, DEFAULT_CONVERSATION)),
             self.gateway.log_tail()
         )
     }
@@ -145,7 +146,7 @@ impl Scenario {
         })
         .await;
         self.wait("every turn closed", |s| {
-            turn_states_in(s)
+            turn_states_by_turn(s, DEFAULT_CONVERSATION)
                 .values()
                 .all(|states| states.iter().any(|st| is_closing(st)))
         })
@@ -178,27 +179,12 @@ fn finals_in(s: &State) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Published `/runtime/turn` states per turn id, in order.
-fn turn_states_in(s: &State) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for r in &s.turn_history {
-        if r["conversationId"] != DEFAULT_CONVERSATION || r["agent"] != DEFAULT_AGENT {
-            continue;
-        }
-        let id = r["turnId"].as_str().unwrap_or_default().to_owned();
-        let state = r["state"].as_str().unwrap_or_default().to_owned();
-        out.entry(id).or_default().push(state);
-    }
-    out
-}
-
-fn turn_states(sim: &SimHandle) -> BTreeMap<String, Vec<String>> {
-    sim.read_state(turn_states_in)
-}
-
 /// The last published state of `turn_id`.
 fn last_state(sim: &SimHandle, turn_id: &str) -> Option<String> {
-    turn_states(sim).get(turn_id)?.last().cloned()
+    sim.read_state(|s| turn_states_by_turn(s, DEFAULT_CONVERSATION))
+        .get(turn_id)?
+        .last()
+        .cloned()
 }
 
 /// The last turn id whose state listed `message_id` as active.
@@ -303,7 +289,7 @@ async fn stop_signal_interrupts_the_running_turn() {
         .expect("signal");
     let closed = turn1.clone();
     sc.wait("the slow turn closes", move |s| {
-        turn_states_in(s)
+        turn_states_by_turn(s, DEFAULT_CONVERSATION)
             .get(&closed)
             .is_some_and(|st| st.iter().any(|x| is_closing(x)))
     })

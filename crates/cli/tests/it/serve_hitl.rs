@@ -18,16 +18,14 @@ use canon_sim::{
 };
 use serde_json::{json, Value};
 
-use super::shim_support::{Shim, WAIT};
+use super::shim_support::{
+    complete_turn, ctx_with_owner, start_turn, turn_states, Shim, SESSION, WAIT,
+};
 
-const SESSION: &str = "agent:main:canon:dm:c-direct";
+/// The `event_ref` of the owner's turns, which the tests open without injecting a message.
+const EVENT_REF: &str = "e-hitl";
 const GROUP: &str = "c-hitl-group";
 const GUEST: &str = "h-guest";
-
-fn ctx() -> Value {
-    json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION, "session_key": SESSION,
-           "user_id": DEFAULT_OWNER})
-}
 
 /// A simulator on the system clock, with a group where a second human (not the owner) is a
 /// member.
@@ -73,32 +71,6 @@ async fn connected(sim: &SimHandle, env: &[(&str, &str)], host: Value) -> Shim {
     shim
 }
 
-/// Opens a turn of the owner in the direct conversation (no inbound event needed).
-async fn open_turn(shim: &mut Shim) -> String {
-    let started = shim
-        .request(
-            "turn.start",
-            json!({"event_ref": "e-hitl", "session_key": SESSION,
-                   "event": {"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm",
-                             "user_id": DEFAULT_OWNER, "message_id": "m-hitl"}}),
-        )
-        .await;
-    started["body"]["turn_id"]
-        .as_str()
-        .expect("a turn id")
-        .to_owned()
-}
-
-async fn complete_turn(shim: &mut Shim) {
-    let done = shim
-        .request(
-            "turn.complete",
-            json!({"event_ref": "e-hitl", "session_key": SESSION, "outcome": "success"}),
-        )
-        .await;
-    assert_eq!(done["ok"], true, "{done}");
-}
-
 /// The bodies of the agent's runtime-interaction requests, in order.
 fn interaction_requests(sim: &SimHandle) -> Vec<Value> {
     sim.journal(0, Some("/runtime-interaction/request"))
@@ -106,24 +78,6 @@ fn interaction_requests(sim: &SimHandle) -> Vec<Value> {
         .filter(|e| e.method == "POST" && e.principal.as_deref() == Some(DEFAULT_AGENT))
         .map(|e| e.body)
         .collect()
-}
-
-/// The agent's `/runtime/turn` states in `conversation`, consecutive repeats collapsed.
-fn turn_states(sim: &SimHandle, conversation: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    sim.read_state(|s| {
-        for t in s
-            .turn_history
-            .iter()
-            .filter(|t| t["conversationId"] == conversation && t["agent"] == DEFAULT_AGENT)
-        {
-            let state = t["state"].as_str().unwrap_or_default().to_owned();
-            if out.last() != Some(&state) {
-                out.push(state);
-            }
-        }
-    });
-    out
 }
 
 /// Waits until the agent published `state` in `conversation`.
@@ -178,7 +132,7 @@ async fn send_clarify(shim: &mut Shim, clarify_id: &str, choices: Value) -> Valu
         "adapter.send_clarify",
         json!({"chat_id": DEFAULT_CONVERSATION, "question": "Which colour?", "choices": choices,
                "clarify_id": clarify_id, "session_key": SESSION, "metadata": null,
-               "ctx": ctx()}),
+               "ctx": ctx_with_owner()}),
     )
     .await
 }
@@ -224,7 +178,7 @@ fn respond(sim: &SimHandle, response: Response) {
 async fn clarify_asks_canon_and_resolves_hermes_with_the_answer() {
     let sim = hitl_sim().await;
     let mut shim = connected(&sim, &[], json!({"streaming_enabled": true})).await;
-    open_turn(&mut shim).await;
+    start_turn(&mut shim, EVENT_REF, "m-hitl").await;
     let before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -295,7 +249,7 @@ async fn clarify_asks_canon_and_resolves_hermes_with_the_answer() {
         turn_states(&sim, DEFAULT_CONVERSATION),
         ["thinking", "waiting_input", "tool"]
     );
-    complete_turn(&mut shim).await;
+    complete_turn(&mut shim, EVENT_REF).await;
     assert_eq!(shim.close().await, Some(0));
 }
 
@@ -303,7 +257,7 @@ async fn clarify_asks_canon_and_resolves_hermes_with_the_answer() {
 async fn clarify_structured_answers_cancel_and_timeout_give_their_texts() {
     let sim = hitl_sim().await;
     let mut shim = connected(&sim, &[("HERMES_CLARIFY_TIMEOUT", "60")], json!({})).await;
-    open_turn(&mut shim).await;
+    start_turn(&mut shim, EVENT_REF, "m-hitl").await;
 
     // Structured answers of two questions: one `id: a, b` line each.
     sent(&send_clarify(&mut shim, "c000000001", json!(null)).await);
@@ -365,8 +319,8 @@ async fn clarify_structured_answers_cancel_and_timeout_give_their_texts() {
 async fn exec_approval_allowed_by_the_owner_resolves_session_or_once() {
     let sim = hitl_sim().await;
     let mut shim = connected(&sim, &[], json!({"approvals_timeout_s": 60.0})).await;
-    open_turn(&mut shim).await;
-    let reply = send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await;
+    start_turn(&mut shim, EVENT_REF, "m-hitl").await;
+    let reply = send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await;
     sent(&reply);
 
     // The exact request (runtime-control.md §6.5): the owner answers, so a session rule is
@@ -416,7 +370,7 @@ async fn exec_approval_allowed_by_the_owner_resolves_session_or_once() {
     shim.expect("typing.resume").await;
 
     // Allowed without a session rule: once.
-    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await);
+    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await);
     let approval_id = interaction_requests(&sim)[1]["approvalId"]
         .as_str()
         .expect("an id")
@@ -536,7 +490,7 @@ async fn exec_approval_routing_sudo_smart_denied_and_a_guest_responder() {
 async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     let sim = hitl_sim().await;
     let mut shim = connected(&sim, &[], json!({})).await;
-    open_turn(&mut shim).await;
+    start_turn(&mut shim, EVENT_REF, "m-hitl").await;
     let approval = |sim: &SimHandle, n: usize| {
         interaction_requests(sim)[n]["approvalId"]
             .as_str()
@@ -545,7 +499,7 @@ async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     };
 
     // Denied.
-    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await);
+    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await);
     respond(
         &sim,
         Response {
@@ -560,7 +514,7 @@ async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     assert_eq!(body, json!({"session_key": SESSION, "choice": "deny"}));
 
     // Allowed, but by someone other than the requested human (canon-wire.md Q7b): deny.
-    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await);
+    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await);
     respond(
         &sim,
         Response {
@@ -576,7 +530,7 @@ async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     assert_eq!(body["choice"], "deny");
 
     // Allowed without any responder identity: deny.
-    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await);
+    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await);
     respond(
         &sim,
         Response {
@@ -592,7 +546,7 @@ async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     assert_eq!(body["choice"], "deny");
 
     // Timed out on Canon: deny.
-    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await);
+    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await);
     sim.advance_clock(400_000);
     let body = resolved(&mut shim, "approval.resolve", json!({"resolved": 0})).await;
     assert_eq!(body["choice"], "deny");
@@ -612,7 +566,7 @@ async fn hermes_approval_timeout_bounds_the_canon_deadline_and_denies() {
     let sim = hitl_sim().await;
     // 5 s: the shortest Canon wait (runtime-control.md §6.5).
     let mut shim = connected(&sim, &[], json!({"approvals_timeout_s": 1.0})).await;
-    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await);
+    sent(&send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await);
     let id = interaction_requests(&sim)[0]["approvalId"]
         .as_str()
         .expect("id")
@@ -644,10 +598,10 @@ async fn hermes_approval_timeout_bounds_the_canon_deadline_and_denies() {
 async fn the_end_of_the_turn_cancels_an_open_interaction() {
     let sim = hitl_sim().await;
     let mut shim = connected(&sim, &[], json!({})).await;
-    open_turn(&mut shim).await;
+    start_turn(&mut shim, EVENT_REF, "m-hitl").await;
     sent(&send_clarify(&mut shim, "c00000000a", json!(["x"])).await);
     wait_state(&sim, DEFAULT_CONVERSATION, "waiting_input").await;
-    complete_turn(&mut shim).await;
+    complete_turn(&mut shim, EVENT_REF).await;
     sim.wait_for("cancelled", WAIT, |s| {
         s.interactions
             .values()
@@ -681,7 +635,7 @@ async fn hitl_requests_fail_cleanly_when_not_connected_or_refused() {
                "retryable": false, "retry_after": null, "error_kind": null,
                "raw_response": null})
     );
-    let reply = send_approval(&mut shim, DEFAULT_CONVERSATION, ctx(), json!({})).await;
+    let reply = send_approval(&mut shim, DEFAULT_CONVERSATION, ctx_with_owner(), json!({})).await;
     assert_eq!(reply["body"]["success"], false);
     assert_eq!(reply["body"]["error"], "Canon adapter is not connected");
     assert!(interaction_requests(&sim).is_empty());

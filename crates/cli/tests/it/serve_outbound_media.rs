@@ -8,14 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
-use canon_sim::control::Injection;
 use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
-use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
+use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
-use super::shim_support::{sim, Shim, WAIT};
-
-const SESSION: &str = "agent:main:canon:dm:c-direct";
+use super::shim_support::{complete_turn, ctx, open_turn, sim, Shim, WAIT};
 
 const PNG: &[u8] =
     b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
@@ -23,10 +20,6 @@ const PDF: &[u8] =
     b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog >>\nendobj\ntrailer\n<< /Root 1 0 R >>\n%%EOF\n";
 
 const LIMIT_ERROR: &str = "Canon media upload limit is 10MB";
-
-fn ctx() -> Value {
-    json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION, "session_key": SESSION})
-}
 
 /// Writes `bytes` to `name` in `dir`; the path.
 fn file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -63,45 +56,6 @@ fn uploads(sim: &SimHandle) -> Vec<(Option<String>, String, usize)> {
             .map(|u| (u.file_name.clone(), u.mime_type.clone(), u.bytes.len()))
             .collect()
     })
-}
-
-/// Injects a human message, answers the daemon's `inbound.message` and opens the turn:
-/// (event_ref, turn id).
-async fn open_turn(shim: &mut Shim, sim: &SimHandle, text: &str) -> (String, String) {
-    sim.inject_message(&Injection {
-        text: Some(text.to_owned()),
-        ..Injection::default()
-    })
-    .expect("inject");
-    let inbound = shim.accept_inbound().await;
-    let event_ref = inbound["body"]["event_ref"]
-        .as_str()
-        .expect("event_ref")
-        .to_owned();
-    let message_id = inbound["body"]["event"]["message_id"].clone();
-    let started = shim
-        .request(
-            "turn.start",
-            json!({"event_ref": event_ref, "session_key": SESSION,
-                   "event": {"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm",
-                             "user_id": DEFAULT_OWNER, "message_id": message_id}}),
-        )
-        .await;
-    let turn_id = started["body"]["turn_id"]
-        .as_str()
-        .expect("turn id")
-        .to_owned();
-    (event_ref, turn_id)
-}
-
-async fn complete_turn(shim: &mut Shim, event_ref: &str) {
-    let done = shim
-        .request(
-            "turn.complete",
-            json!({"event_ref": event_ref, "session_key": SESSION, "outcome": "success"}),
-        )
-        .await;
-    assert_eq!(done["ok"], true, "{done}");
 }
 
 /// `adapter.send_media`; the response.

@@ -17,13 +17,9 @@ use canon_sim::state::StreamCmd;
 use canon_sim::{ConversationSpec, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
 use serde_json::{json, Value};
 
-use super::shim_support::{sim, Shim, WAIT};
-
-const SESSION: &str = "agent:main:canon:dm:c-direct";
-
-fn ctx() -> Value {
-    json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION, "session_key": SESSION})
-}
+use super::shim_support::{
+    complete_turn, ctx, dm_event, open_turn, open_turn_with, sim, Shim, SESSION, WAIT,
+};
 
 /// The agent's messages in the direct conversation, in creation order: (text, turnSemantics).
 fn agent_messages(sim: &SimHandle) -> Vec<(String, String)> {
@@ -45,70 +41,12 @@ fn agent_messages(sim: &SimHandle) -> Vec<(String, String)> {
     })
 }
 
-/// Injects a human message, answers the daemon's `inbound.message` and opens the turn.
-async fn open_turn(shim: &mut Shim, sim: &SimHandle, text: &str) -> (String, String) {
-    let injection = Injection {
-        text: Some(text.to_owned()),
-        ..Injection::default()
-    };
-    open_turn_with(shim, sim, &injection).await
-}
-
-/// [`open_turn`] for a given injection (which must carry a text).
-async fn open_turn_with(
-    shim: &mut Shim,
-    sim: &SimHandle,
-    injection: &Injection,
-) -> (String, String) {
-    let text = injection.text.as_deref().expect("a text");
-    sim.inject_message(injection).expect("inject");
-    let inbound = shim.accept_inbound().await;
-    let event = &inbound["body"]["event"];
-    assert!(
-        event["text"].as_str().is_some_and(|t| t.contains(text)),
-        "{inbound}"
-    );
-    let event_ref = inbound["body"]["event_ref"]
-        .as_str()
-        .expect("event_ref")
-        .to_owned();
-    let message_id = event["message_id"].as_str().expect("message id").to_owned();
-    let started = shim
-        .request(
-            "turn.start",
-            json!({"event_ref": event_ref, "session_key": SESSION, "event": dm_event(message_id)}),
-        )
-        .await;
-    let turn_id = started["body"]["turn_id"]
-        .as_str()
-        .expect("turn id")
-        .to_owned();
-    (event_ref, turn_id)
-}
-
-async fn complete_turn(shim: &mut Shim, event_ref: &str) {
-    let done = shim
-        .request(
-            "turn.complete",
-            json!({"event_ref": event_ref, "session_key": SESSION, "outcome": "success"}),
-        )
-        .await;
-    assert_eq!(done["ok"], true, "{done}");
-}
-
 /// `adapter.disconnect`, asserting it is answered.
 async fn disconnect(shim: &mut Shim) {
     let done = shim
         .request("adapter.disconnect", json!({"adapter_instance": 1}))
         .await;
     assert_eq!(done["ok"], true, "{done}");
-}
-
-/// The `event` of `turn.start` and `turn.accepted` for a message from the owner in the direct
-/// conversation.
-fn dm_event(message_id: impl Into<Value>) -> Value {
-    json!({"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm", "user_id": DEFAULT_OWNER,
-           "message_id": message_id.into()})
 }
 
 /// Injects a human message with `text` into the direct conversation.

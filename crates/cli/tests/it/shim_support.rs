@@ -1,15 +1,20 @@
 //! The fake shim: the shim side of one real `canon-hermes serve --stdio` child over the
 //! JSON-lines protocol (hermes-host.md §19), against canon-sim. Used by `serve_stdio.rs`,
-//! `serve_media.rs` and `benches/daemon.rs` (which includes this file with `#[path]`); a few
-//! helpers serve only one of the two binaries and say so.
+//! `serve_media.rs`, `serve_outbound_media.rs`, `serve_hitl.rs` and `benches/daemon.rs` (which
+//! includes this file with `#[path]`); a few helpers serve only one of the two binaries and say
+//! so. The turn helpers at the end (the direct conversation's session and `ctx`, opening and
+//! completing a turn, the published turn states) are shared by the test modules, including
+//! the real-gateway `hermes_busy.rs`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use canon_sim::config::SimConfig;
-use canon_sim::{Sim, SimHandle, DEFAULT_AGENT};
+use canon_sim::control::Injection;
+use canon_sim::state::State;
+use canon_sim::{Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -313,4 +318,138 @@ pub(crate) async fn sim() -> SimHandle {
     Sim::start(SimConfig::for_tests())
         .await
         .expect("the simulator starts")
+}
+
+// The turn helpers below serve the test binary only: the bench opens and completes its turns
+// itself, in conversations of its own.
+
+/// The session key Hermes gives the owner's direct conversation.
+#[allow(dead_code)]
+pub(crate) const SESSION: &str = "agent:main:canon:dm:c-direct";
+
+/// The `ctx` of a Hermes call in the owner's direct conversation.
+#[allow(dead_code)]
+pub(crate) fn ctx() -> Value {
+    json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION, "session_key": SESSION})
+}
+
+/// [`ctx`] with the owner as `user_id`, as a human-in-the-loop call carries it.
+#[allow(dead_code)]
+pub(crate) fn ctx_with_owner() -> Value {
+    json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION, "session_key": SESSION,
+           "user_id": DEFAULT_OWNER})
+}
+
+/// The `event` of `turn.start` and `turn.accepted` for a message from the owner in the direct
+/// conversation.
+#[allow(dead_code)]
+pub(crate) fn dm_event(message_id: impl Into<Value>) -> Value {
+    json!({"chat_id": DEFAULT_CONVERSATION, "chat_type": "dm", "user_id": DEFAULT_OWNER,
+           "message_id": message_id.into()})
+}
+
+/// Opens a turn of the owner in the direct conversation for `event_ref` and the message
+/// `message_id` (no inbound event needed); the turn id.
+#[allow(dead_code)]
+pub(crate) async fn start_turn(
+    shim: &mut Shim,
+    event_ref: &str,
+    message_id: impl Into<Value>,
+) -> String {
+    let started = shim
+        .request(
+            "turn.start",
+            json!({"event_ref": event_ref, "session_key": SESSION, "event": dm_event(message_id)}),
+        )
+        .await;
+    started["body"]["turn_id"]
+        .as_str()
+        .expect("turn id")
+        .to_owned()
+}
+
+/// Injects a human message, answers the daemon's `inbound.message` and opens the turn:
+/// (event_ref, turn id).
+#[allow(dead_code)]
+pub(crate) async fn open_turn(shim: &mut Shim, sim: &SimHandle, text: &str) -> (String, String) {
+    let injection = Injection {
+        text: Some(text.to_owned()),
+        ..Injection::default()
+    };
+    open_turn_with(shim, sim, &injection).await
+}
+
+/// [`open_turn`] for a given injection (which must carry a text): asserts the inbound event
+/// carries the text, then opens the turn for its message.
+#[allow(dead_code)]
+pub(crate) async fn open_turn_with(
+    shim: &mut Shim,
+    sim: &SimHandle,
+    injection: &Injection,
+) -> (String, String) {
+    let text = injection.text.as_deref().expect("a text");
+    sim.inject_message(injection).expect("inject");
+    let inbound = shim.accept_inbound().await;
+    let event = &inbound["body"]["event"];
+    assert!(
+        event["text"].as_str().is_some_and(|t| t.contains(text)),
+        "{inbound}"
+    );
+    let event_ref = inbound["body"]["event_ref"]
+        .as_str()
+        .expect("event_ref")
+        .to_owned();
+    let message_id = event["message_id"].as_str().expect("message id").to_owned();
+    let turn_id = start_turn(shim, &event_ref, message_id).await;
+    (event_ref, turn_id)
+}
+
+/// Completes the turn of `event_ref` with `success`, asserting the answer.
+#[allow(dead_code)]
+pub(crate) async fn complete_turn(shim: &mut Shim, event_ref: &str) {
+    let done = shim
+        .request(
+            "turn.complete",
+            json!({"event_ref": event_ref, "session_key": SESSION, "outcome": "success"}),
+        )
+        .await;
+    assert_eq!(done["ok"], true, "{done}");
+}
+
+/// The agent's published `/runtime/turn` records in `conversation`, in order:
+/// (turn id, state).
+#[allow(dead_code)]
+fn turn_records(s: &State, conversation: &str) -> Vec<(String, String)> {
+    s.turn_history
+        .iter()
+        .filter(|t| t["conversationId"] == conversation && t["agent"] == DEFAULT_AGENT)
+        .map(|t| {
+            (
+                t["turnId"].as_str().unwrap_or_default().to_owned(),
+                t["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The agent's `/runtime/turn` states in `conversation`, consecutive repeats collapsed.
+#[allow(dead_code)]
+pub(crate) fn turn_states(sim: &SimHandle, conversation: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, state) in sim.read_state(|s| turn_records(s, conversation)) {
+        if out.last() != Some(&state) {
+            out.push(state);
+        }
+    }
+    out
+}
+
+/// The agent's `/runtime/turn` states in `conversation` per turn id, each turn's in order.
+#[allow(dead_code)]
+pub(crate) fn turn_states_by_turn(s: &State, conversation: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, state) in turn_records(s, conversation) {
+        out.entry(id).or_default().push(state);
+    }
+    out
 }
