@@ -72,34 +72,12 @@ cat >"$plugin/manifest.json" <<JSON
              "authorization_is_upstream": true},
  "tools": [], "hooks": ["pre_tool_call", "post_tool_call", "subagent_stop"]}
 JSON
-cat >"$home/config.yaml" <<YAML
-model:
-  provider: custom
-  base_url: $model_url
-  default: fake-model
-  api_key: sk-fake-local
-plugins:
-  enabled: [canon-hermes]
-platforms:
-  canon:
-    enabled: true
-streaming:
-  enabled: true
-  transport: auto
-approvals:
-  mode: manual
-gateway:
-  multiplex_profiles: false
-security:
-  allow_lazy_installs: false
-  tirith_enabled: false
-display:
-  platforms:
-    canon:
-      interim_assistant_messages: false
-      tool_progress: "off"
-      show_reasoning: false
-YAML
+# The Hermes profile shared with the real-gateway tests (fixtures/hermes/README.md): the model
+# URL filled in (escaped for sed), no extra platform lines, and Hermes' own default busy-input
+# mode.
+url_replacement="$(printf '%s' "$model_url" | sed 's/[&|\\]/\\&/g')"
+sed -e "s|{{model_base_url}}|$url_replacement|" -e '/{{platform_lines}}/d' \
+  -e '/{{busy_input_mode}}/d' "$root/fixtures/hermes/config.yaml.tmpl" >"$home/config.yaml"
 
 echo "== starting the Hermes gateway (HERMES_HOME=$home)" >&2
 (

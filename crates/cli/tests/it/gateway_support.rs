@@ -195,40 +195,17 @@ impl Default for GatewayOptions {
     }
 }
 
-/// hermes-host.md §20.2 config, with the real shim enabled.
+/// The Hermes profile template shared with `scripts/watch-turn.sh`; its placeholders are
+/// described in `fixtures/hermes/README.md`.
+const CONFIG_TEMPLATE: &str = include_str!("../../../../fixtures/hermes/config.yaml.tmpl");
+
+/// hermes-host.md §20.2 config, with the real shim enabled: the template with the model server's
+/// URL and the scenario's platform lines and busy-input mode filled in.
 pub(crate) fn config_yaml(model_base_url: &str, options: &GatewayOptions) -> String {
-    let busy = options.busy_input_mode;
-    let platform_lines = &options.platform_lines;
-    format!(
-        "model:
-  provider: custom
-  base_url: {model_base_url}
-  default: fake-model
-  api_key: sk-fake-local
-plugins:
-  enabled: [canon-hermes]
-platforms:
-  canon:
-    enabled: true
-{platform_lines}streaming:
-  enabled: true
-  transport: auto
-approvals:
-  mode: manual
-gateway:
-  multiplex_profiles: false
-security:
-  allow_lazy_installs: false
-  tirith_enabled: false
-display:
-  busy_input_mode: {busy}
-  platforms:
-    canon:
-      interim_assistant_messages: false
-      tool_progress: \"off\"
-      show_reasoning: false
-"
-    )
+    CONFIG_TEMPLATE
+        .replace("{{model_base_url}}", model_base_url)
+        .replace("{{platform_lines}}\n", &options.platform_lines)
+        .replace("{{busy_input_mode}}", options.busy_input_mode)
 }
 
 /// Starts a gateway in a fresh `HERMES_HOME` wired to `sim` and `model` (§20.2 defaults).
