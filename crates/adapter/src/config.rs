@@ -81,9 +81,6 @@ pub const HITL_POLL: Duration = Duration::from_secs(1);
 /// hermes-host.md §19.6).
 pub const HITL_CREATE_BUDGET: Duration = Duration::from_secs(10);
 
-/// The end of the message of a request this daemon does not serve yet.
-pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
-
 /// What the driver needs; read from the environment by the binary.
 #[derive(Clone)]
 pub struct Config {

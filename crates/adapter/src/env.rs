@@ -7,7 +7,6 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use canon_wire::secret::Opaque;
 use serde_json::{Map, Value};
 
 /// The epoch-ms deadline `timeout` from now.
@@ -15,14 +14,12 @@ pub(crate) fn expires_at(timeout: Duration) -> u64 {
     now_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// An empty JSON object, the body of a bare success answer.
 pub(crate) fn empty() -> Value {
     Value::Object(Map::new())
 }
 
-pub(crate) fn opaque(value: Opaque) -> Option<Value> {
-    (!value.0.is_null()).then_some(value.0)
-}
-
+/// Milliseconds since the Unix epoch (0 before it).
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -1,14 +1,19 @@
-//! How the shim's requests and Canon's runtime signals become what the
-//! daemon acts on: the `no_reply` action of a tool call, the home channel
-//! of a standalone send, the turns a respawned daemon re-attaches, a chat's
-//! facts, and the `control.signal` of a consumed runtime signal.
+//! How the shim's requests and notifications and Canon's runtime signals
+//! become what the daemon acts on: the turn-machine input of a hook
+//! notification, the `no_reply` action of a tool call, the home channel of
+//! a standalone send, the turns a respawned daemon re-attaches, a chat's
+//! facts, the answer to a `probe`, and the `control.signal` of a consumed
+//! runtime signal.
 
 use canon_wire::types::{RuntimeSignal, SignalKind};
 use serde_json::Value;
 
-use crate::conversations::{conversation_type_of, ConversationCache};
-use crate::protocol::{ChatInfo, ControlSignal, OpenTurn, Signal, ToolCall, PLATFORM};
-use crate::turn::{NoReplyRequest, RequestId, ResyncTurn};
+use crate::connect::MISSING_CREDENTIALS_MESSAGE;
+use crate::conversations::{canon_chat, conversation_type_of, ConversationCache};
+use crate::protocol::{
+    ChatInfo, ControlSignal, OpenTurn, ProbeResult, ShimNotification, Signal, ToolCall, PLATFORM,
+};
+use crate::turn::{ActivityEvent, Input, NoReplyRequest, RequestId, ResyncTurn};
 
 /// `updated_by` of a signal when neither Canon nor `agent.context` named
 /// anyone (canon-wire.md §4.9; exact).
@@ -16,6 +21,115 @@ pub const RUNTIME_CONTROL_USER: &str = "canon-runtime-control";
 
 /// The tool that carries the `no_reply` action.
 pub const RUNTIME_CONTROL_TOOL: &str = "canon_runtime_control";
+
+/// The turn-machine input of a shim notification. Tool and subagent hooks
+/// count only inside a Canon turn (their context's platform is `canon` with
+/// a chat id); others are dropped (`None`). A typing notification keeps the
+/// `status` string of its metadata.
+pub fn notification_input(note: ShimNotification) -> Option<Input> {
+    let opaque = |value: canon_wire::secret::Opaque| (!value.0.is_null()).then_some(value.0);
+    let input = match note {
+        ShimNotification::Typing(t) => Input::Typing {
+            status: t
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get("status"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            conversation_id: t.chat_id,
+            on: t.on,
+        },
+        ShimNotification::PreToolCall(p) => Input::Activity {
+            conversation_id: canon_chat(&p.ctx)?,
+            session_key: p.ctx.session_key,
+            event: ActivityEvent::ToolStarted {
+                tool_call_id: p.tool_call_id,
+                tool_name: p.tool_name,
+                args: opaque(p.args),
+            },
+        },
+        ShimNotification::PostToolCall(p) => Input::Activity {
+            conversation_id: canon_chat(&p.ctx)?,
+            session_key: p.ctx.session_key,
+            event: ActivityEvent::ToolFinished {
+                tool_call_id: p.tool_call_id,
+                tool_name: p.tool_name,
+                args: opaque(p.args),
+                result: opaque(p.result),
+                status: p.status,
+                duration_ms: p.duration_ms,
+            },
+        },
+        ShimNotification::SubagentStop(s) => Input::Activity {
+            conversation_id: canon_chat(&s.ctx)?,
+            session_key: s.ctx.session_key,
+            event: ActivityEvent::SubagentStopped {
+                child_session_id: s.child_session_id,
+                child_role: s.child_role,
+                child_summary: opaque(s.child_summary),
+                child_status: s.child_status,
+                duration_ms: s.duration_ms,
+            },
+        },
+        ShimNotification::QueueDepth(q) => Input::QueueDepth {
+            session_key: q.session_key,
+            depth: q.depth,
+        },
+        ShimNotification::TurnSteered(t) => Input::SteerAccepted {
+            session_key: Some(t.session_key),
+            conversation_id: t.chat_id,
+        },
+    };
+    Some(input)
+}
+
+/// What the daemon's configuration says about Canon, for `probe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeFacts<'a> {
+    /// The API key is set.
+    pub api_key_set: bool,
+    /// `CANON_BASE_URL` (may be empty).
+    pub base_url: &'a str,
+    /// `CANON_STREAM_URL` (may be empty).
+    pub stream_url: &'a str,
+    /// `CANON_ENVIRONMENT_ID`, when set.
+    pub environment_id: Option<&'a str>,
+}
+
+/// How a `probe` is answered (hermes-host.md §19.6).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeStep {
+    /// Answer now, from the configuration alone (no network I/O).
+    Answer(ProbeResult),
+    /// Check Canon once (the environment when one is configured, else
+    /// `GET /agents/me`), put the check's error in the result, then answer.
+    Verify(ProbeResult),
+}
+
+/// The probe's result from the configuration: configured when the key and
+/// the base URL are set; a `verify` probe of an unconfigured daemon answers
+/// the missing-credentials error at once. Never carries the key.
+pub fn probe(facts: ProbeFacts<'_>, verify: bool) -> ProbeStep {
+    let configured = facts.api_key_set && !facts.base_url.is_empty();
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let mut result = ProbeResult {
+        configured,
+        profile: None,
+        environment_id: facts.environment_id.map(str::to_owned),
+        base_url: non_empty(facts.base_url),
+        stream_url: non_empty(facts.stream_url),
+        seed: None,
+        error: None,
+    };
+    if verify && !configured {
+        result.error = Some(MISSING_CREDENTIALS_MESSAGE.to_owned());
+    }
+    if verify && configured {
+        ProbeStep::Verify(result)
+    } else {
+        ProbeStep::Answer(result)
+    }
+}
 
 /// Whether a tool call is `canon_runtime_control` with `action: no_reply`.
 pub fn is_no_reply(call: &ToolCall) -> bool {
@@ -165,6 +279,85 @@ mod tests {
             other_tool,
             "canon"
         )));
+    }
+
+    #[test]
+    fn hooks_count_only_inside_a_canon_turn() {
+        use crate::protocol::{PreToolCall, QueueDepthNote};
+        let pre = |platform: &str| {
+            ShimNotification::PreToolCall(PreToolCall {
+                tool_name: Some("terminal".into()),
+                tool_call_id: Some("call-1".into()),
+                args: Opaque(json!({"command": "ls"})),
+                ctx: TurnContext {
+                    platform: Some(platform.to_owned()),
+                    chat_id: Some("c1".to_owned()),
+                    session_key: Some("s1".to_owned()),
+                    ..TurnContext::default()
+                },
+                task_id: None,
+                session_id: None,
+                turn_id: None,
+                api_request_id: None,
+            })
+        };
+        match notification_input(pre("canon")) {
+            Some(Input::Activity {
+                session_key,
+                conversation_id,
+                event:
+                    ActivityEvent::ToolStarted {
+                        tool_name, args, ..
+                    },
+            }) => {
+                assert_eq!(
+                    (session_key.as_deref(), conversation_id.as_str()),
+                    (Some("s1"), "c1")
+                );
+                assert_eq!(tool_name.as_deref(), Some("terminal"));
+                assert_eq!(args, Some(json!({"command": "ls"})));
+            }
+            other => panic!("expected tool activity: {other:?}"),
+        }
+        assert_eq!(notification_input(pre("telegram")), None);
+        let depth = ShimNotification::QueueDepth(QueueDepthNote {
+            session_key: "s1".into(),
+            chat_id: "c1".into(),
+            depth: 2,
+        });
+        assert_eq!(
+            notification_input(depth),
+            Some(Input::QueueDepth {
+                session_key: "s1".into(),
+                depth: 2
+            })
+        );
+    }
+
+    #[test]
+    fn probes_answer_from_the_configuration_and_verify_only_when_configured() {
+        let facts = |key: bool, base: &'static str| ProbeFacts {
+            api_key_set: key,
+            base_url: base,
+            stream_url: "",
+            environment_id: Some("canon-prod-v1"),
+        };
+        let ProbeStep::Answer(quiet) = probe(facts(true, "https://api"), false) else {
+            panic!("no verify, no check");
+        };
+        assert!(quiet.configured && quiet.error.is_none());
+        assert_eq!(quiet.base_url.as_deref(), Some("https://api"));
+        assert_eq!(quiet.stream_url, None);
+        assert_eq!(quiet.environment_id.as_deref(), Some("canon-prod-v1"));
+        assert!(
+            matches!(probe(facts(true, "https://api"), true), ProbeStep::Verify(r) if r.error.is_none())
+        );
+        let ProbeStep::Answer(missing) = probe(facts(false, "https://api"), true) else {
+            panic!("an unconfigured verify answers at once");
+        };
+        assert!(!missing.configured);
+        assert_eq!(missing.error.as_deref(), Some(MISSING_CREDENTIALS_MESSAGE));
+        assert!(matches!(probe(facts(true, ""), true), ProbeStep::Answer(r) if !r.configured));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //!
 //! The shell owns a [`Session`] and the I/O around it; every method here
 //! takes time and randomness as arguments and returns values (frames to
-//! write, machine inputs to feed, downloads to start).
+//! write, machine inputs to feed, downloads to start). [`Session::request`]
+//! answers every shim request that needs no I/O and [`Session::feed`] runs
+//! the turn machine, both as [`SessionEffect`]s the shell performs in order.
 
 use std::collections::HashMap;
 
@@ -19,8 +21,56 @@ use crate::conversations::{chat_from_session_key, conversation_type_of, Conversa
 use crate::hitl::table::HitlTable;
 use crate::inbound::{self, EventTable, InboundLanes, PendingEvent};
 use crate::media::TrustedScope;
-use crate::protocol::{self, DaemonRequest, EventSummary, InboundMessage, OpenTurn};
-use crate::turn::{HostReply, ProcessingStart, RequestId, TurnConfig, TurnMachine};
+use crate::protocol::{
+    self, ChatRef, DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSummary,
+    HandshakePolicy, InboundMessage, OpenTurn, ShimRequest, ShimResponse,
+    EXIT_UNSUPPORTED_PROTOCOL,
+};
+use crate::requests;
+use crate::turn::{
+    self, Effect, HostEdit, HostReply, HostSend, Input, ProcessingStart, RequestId, StandaloneSend,
+    TurnConfig, TurnMachine,
+};
+
+/// The end of the message of a request this daemon does not serve yet.
+pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daemon yet";
+
+/// What the shell does, in order, after [`Session::request`] or
+/// [`Session::feed`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEffect {
+    /// Write this line to the shim now.
+    Frame(String),
+    /// Write this answer line behind the Canon writes already queued (a
+    /// reply to a turn request must not overtake the writes it follows).
+    Reply(String),
+    /// A Canon write or durable delivery of the turn machine (never a
+    /// `Reply`, `PauseTyping` or `ResumeTyping`, which become frames).
+    Canon(Effect),
+    /// Cancel the open blocking interactions of a session (`None`: all).
+    CancelHitl(Option<String>),
+}
+
+/// What the shell knows and a request needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestFacts<'a> {
+    /// The daemon's version.
+    pub daemon_version: &'a str,
+    /// The manifest hash the daemon expects, when configured (else the
+    /// shim's own is accepted).
+    pub manifest_sha256: Option<&'a str>,
+    /// `CANON_HOME_CHANNEL`, for standalone sends without a target.
+    pub home_channel: Option<&'a str>,
+}
+
+/// The answer of [`Session::request`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Handled {
+    /// Done; perform these effects.
+    Effects(Vec<SessionEffect>),
+    /// The request needs I/O the shell performs itself.
+    Shell(Box<ShimRequest>),
+}
 
 /// Hermes sessions mapped to chats at most (our number); beyond it a new
 /// session is not remembered and `turn.complete` falls back to the chat id
@@ -95,6 +145,8 @@ pub struct Session {
     /// Session key → chat of the open turn (`turn.complete` names no chat).
     sessions: HashMap<String, String>,
     next_daemon_id: u64,
+    /// The exit code once a handshake refused the protocol version.
+    pub exit_code: Option<i32>,
 }
 
 impl Default for Session {
@@ -115,6 +167,7 @@ impl Default for Session {
             next_request: 0,
             sessions: HashMap::new(),
             next_daemon_id: 0,
+            exit_code: None,
         }
     }
 }
@@ -206,6 +259,249 @@ impl Session {
         }
     }
 
+    /// Runs the turn machine on one input; its answers become reply lines,
+    /// its typing pauses and resumes become notification frames, and every
+    /// other effect is a Canon write for the shell.
+    pub fn feed(&mut self, input: Input, now_ms: u64) -> Vec<SessionEffect> {
+        let effects = self.machine.handle(input, now_ms);
+        let mut out = Vec::with_capacity(effects.len());
+        for effect in effects {
+            match effect {
+                Effect::Reply { request, reply } => {
+                    if let Some(line) = self.reply_line(request, reply) {
+                        out.push(SessionEffect::Reply(line));
+                    }
+                }
+                Effect::PauseTyping { conversation_id } => {
+                    out.push(notification(DaemonNotification::TypingPause(ChatRef {
+                        chat_id: conversation_id,
+                    })))
+                }
+                Effect::ResumeTyping { conversation_id } => {
+                    out.push(notification(DaemonNotification::TypingResume(ChatRef {
+                        chat_id: conversation_id,
+                    })))
+                }
+                other => out.push(SessionEffect::Canon(other)),
+            }
+        }
+        out
+    }
+
+    /// Answers one shim request that needs no I/O, or hands it back
+    /// ([`Handled::Shell`]): `adapter.connect`, `adapter.disconnect`,
+    /// `shutdown`, `probe`, `adapter.send_media`, the blocking clarify and
+    /// exec approval, and a standalone send with media to upload. Nothing but
+    /// `hello` is served before the handshake. `random` is fresh per call
+    /// (a turn id, a standalone id group or the handshake epoch).
+    pub fn request(
+        &mut self,
+        id: String,
+        request: ShimRequest,
+        facts: RequestFacts<'_>,
+        now_ms: u64,
+        random: u128,
+    ) -> Handled {
+        let re = request.type_name();
+        if !self.handshake_done && !matches!(request, ShimRequest::Hello(_)) {
+            return Handled::Effects(vec![error_frame(
+                &id,
+                re,
+                ErrorCode::HandshakeRequired,
+                "hello must come first".into(),
+            )]);
+        }
+        let effects = match request {
+            ShimRequest::Hello(hello) => {
+                let manifest = facts
+                    .manifest_sha256
+                    .map_or_else(|| hello.manifest_sha256.clone(), str::to_owned);
+                let policy = HandshakePolicy {
+                    daemon_version: facts.daemon_version,
+                    manifest_sha256: &manifest,
+                    audited_hermes: protocol::AUDITED_HERMES,
+                    audited_python: protocol::AUDITED_PYTHON,
+                };
+                let epoch = format!("{:016x}", random as u64);
+                match protocol::negotiate(&hello, &policy, &epoch) {
+                    Ok(ok) => {
+                        self.handshake_done = true;
+                        tracing::info!(epoch, "handshake done");
+                        let body = ShimResponse::Hello(ok).to_body();
+                        vec![SessionEffect::Frame(protocol::encode_response(
+                            &id,
+                            re,
+                            Ok(body),
+                        ))]
+                    }
+                    Err(error) => {
+                        if error.code == ErrorCode::UnsupportedProtocol {
+                            self.exit_code = Some(EXIT_UNSUPPORTED_PROTOCOL);
+                        }
+                        vec![SessionEffect::Frame(protocol::encode_response(
+                            &id,
+                            re,
+                            Err(&error),
+                        ))]
+                    }
+                }
+            }
+            ShimRequest::AdapterChatInfo(chat) => {
+                let info = requests::chat_info(chat.chat_id, &self.conversations);
+                let body = ShimResponse::AdapterChatInfo(info).to_body();
+                vec![SessionEffect::Frame(protocol::encode_response(
+                    &id,
+                    re,
+                    Ok(body),
+                ))]
+            }
+            ShimRequest::AdapterSend(send) => {
+                let request = self.register(id, re);
+                self.feed(
+                    Input::Send(HostSend {
+                        request,
+                        session_key: send.ctx.session_key,
+                        conversation_id: send.chat_id,
+                        content: send.content,
+                        reply_to: send.reply_to,
+                        metadata: send.metadata.unwrap_or_default(),
+                        random,
+                    }),
+                    now_ms,
+                )
+            }
+            ShimRequest::AdapterEdit(edit) => {
+                let request = self.register(id, re);
+                self.feed(
+                    Input::Edit(HostEdit {
+                        request,
+                        session_key: edit.ctx.session_key,
+                        conversation_id: edit.chat_id,
+                        content: edit.content,
+                        finalize: edit.finalize,
+                        metadata: edit.metadata.unwrap_or_default(),
+                        random,
+                    }),
+                    now_ms,
+                )
+            }
+            ShimRequest::TurnStart(start) => {
+                let request = self.register(id, re);
+                let input = self.processing_start(
+                    request,
+                    &start.event_ref,
+                    start.session_key,
+                    &start.event,
+                    start.queue_depth,
+                    &[],
+                    random,
+                );
+                self.feed(Input::ProcessingStart(input), now_ms)
+            }
+            ShimRequest::TurnAccepted(accepted) => {
+                let request = self.register(id, re);
+                let start = self.processing_start(
+                    request,
+                    &accepted.event_ref,
+                    accepted.session_key,
+                    &accepted.event,
+                    accepted.queue_depth,
+                    &accepted.absorbed_refs,
+                    random,
+                );
+                self.feed(
+                    Input::QueueDequeued {
+                        start,
+                        interrupted: accepted.interrupted,
+                    },
+                    now_ms,
+                )
+            }
+            ShimRequest::TurnComplete(complete) => {
+                let request = self.register(id, re);
+                let conversation_id = self.complete(&complete.session_key, &complete.event_ref);
+                let mut effects = vec![SessionEffect::CancelHitl(Some(
+                    complete.session_key.clone(),
+                ))];
+                effects.extend(self.feed(
+                    Input::ProcessingComplete {
+                        request,
+                        session_key: complete.session_key,
+                        conversation_id,
+                        outcome: complete.outcome.into(),
+                        queue_depth: complete.queue_depth,
+                    },
+                    now_ms,
+                ));
+                effects
+            }
+            ShimRequest::ToolCall(call) => {
+                if requests::is_no_reply(&call) {
+                    let request = self.register(id, re);
+                    self.feed(Input::NoReply(requests::no_reply(&call, request)), now_ms)
+                } else {
+                    tracing::warn!(kind = re, "answered an unsupported request");
+                    vec![error_frame(
+                        &id,
+                        re,
+                        ErrorCode::Internal,
+                        format!("{re} {UNSUPPORTED_SUFFIX}"),
+                    )]
+                }
+            }
+            ShimRequest::StandaloneSend(send)
+                if send.media_files.is_empty() || !self.standalone_has_target(&send, facts) =>
+            {
+                let request = self.register(id, re);
+                let standalone = StandaloneSend {
+                    request,
+                    chat_id: send.chat_id,
+                    home_channel_env: facts.home_channel.map(str::to_owned),
+                    home_channel_config: requests::home_channel_config(
+                        send.pconfig.home_channel.as_ref(),
+                    ),
+                    text: send.message,
+                    media: None,
+                    random,
+                };
+                self.feed(Input::Standalone(standalone), now_ms)
+            }
+            ShimRequest::Resync(resync) => {
+                let request = self.register(id, re);
+                self.resync_sessions(&resync.open_turns);
+                let open_turns = requests::resync_turns(resync.open_turns);
+                self.feed(
+                    Input::Resync {
+                        request,
+                        open_turns,
+                    },
+                    now_ms,
+                )
+            }
+            other => return Handled::Shell(Box::new(other)),
+        };
+        Handled::Effects(effects)
+    }
+
+    /// Whether a standalone send resolves to a conversation (its own
+    /// target, the configured home channel or the environment's).
+    fn standalone_has_target(
+        &self,
+        send: &protocol::StandaloneSendRequest,
+        facts: RequestFacts<'_>,
+    ) -> bool {
+        let probe = StandaloneSend {
+            request: RequestId(0),
+            chat_id: send.chat_id.clone(),
+            home_channel_env: facts.home_channel.map(str::to_owned),
+            home_channel_config: requests::home_channel_config(send.pconfig.home_channel.as_ref()),
+            text: String::new(),
+            media: None,
+            random: 0,
+        };
+        turn::standalone_target(&probe).is_some()
+    }
+
     /// A `message.created` event through the wake pipeline, and whether the
     /// conversation cache's key set changed (then the signal pass's set is
     /// republished).
@@ -262,125 +558,23 @@ impl Session {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use canon_dispatch::verbosity::ConversationType;
-    use serde_json::json;
-
-    use super::*;
-
-    fn created(id: &str, text: &str, extra: Value) -> MessageCreated {
-        let mut message = json!({"id": id, "senderId": "u1", "senderName": "Una",
-                                 "senderType": "human", "text": text});
-        if let (Value::Object(m), Value::Object(e)) = (&mut message, extra) {
-            m.extend(e);
-        }
-        let payload = json!({"conversationId": "c1", "message": message,
-                             "conversation": {"id": "c1", "type": "direct"}});
-        let Value::Object(payload) = payload else {
-            unreachable!()
-        };
-        MessageCreated {
-            conversation_id: "c1".into(),
-            message: payload["message"].as_object().cloned().unwrap_or_default(),
-            payload,
-            reply_authority: None,
-        }
-    }
-
-    fn sent(step: InboundStep) -> InboundMessage {
-        match step {
-            InboundStep::Send(message) => *message,
-            other => panic!("expected a message to send: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_waking_message_is_sent_remembered_and_opens_its_turn() {
-        let mut session = Session::default();
-        let (step, keys_changed) = session.message_created(created("m1", "hello", json!({})));
-        assert!(keys_changed, "the conversation object is cached");
-        let message = sent(step);
-        assert_eq!(message.event_ref, "e:1");
-        assert_eq!(message.event.text, "hello");
-        let request = session.register("s:1".into(), "turn.start");
-        let summary = EventSummary {
-            chat_id: "c1".into(),
-            message_id: Some("m1".into()),
-            user_id: Some("u1".into()),
-            ..EventSummary::default()
-        };
-        let start = session.processing_start(
-            request,
-            "e:1",
-            "agent:main:canon:dm:c1".into(),
-            &summary,
-            0,
-            &[],
-            5,
-        );
-        assert_eq!(start.conversation_id, "c1");
-        assert_eq!(start.conversation_type, ConversationType::Direct);
-        assert_eq!(start.responder.as_deref(), Some("u1"));
-        assert_eq!(start.random, 5);
-        assert_eq!(session.complete("agent:main:canon:dm:c1", "e:1"), "c1");
-        assert!(session.events.get("e:1").is_none());
-        // An unknown session falls back to the end of its key.
-        assert_eq!(session.complete("agent:main:canon:group:c7", "e:9"), "c7");
-    }
-
-    #[test]
-    fn a_duplicate_message_does_not_wake_twice() {
-        let mut session = Session::default();
-        let (first, _) = session.message_created(created("m1", "hello", json!({})));
-        assert!(matches!(first, InboundStep::Send(_)));
-        let (again, keys_changed) = session.message_created(created("m1", "hello", json!({})));
-        assert_eq!(again, InboundStep::Nothing);
-        assert!(!keys_changed);
-    }
-
-    #[test]
-    fn messages_behind_a_download_wait_in_their_lane() {
-        let mut session = Session::default();
-        let (step, _) = session.message_created(created(
-            "m1",
-            "see this",
-            json!({"attachments": [{"url": "https://x/a.png", "mimeType": "image/png"}]}),
-        ));
-        let InboundStep::Materialize {
-            job,
-            message,
-            attachments,
-            ..
-        } = step
-        else {
-            panic!("expected a download: {step:?}");
-        };
-        assert_eq!(attachments.len(), 1);
-        let (behind, _) = session.message_created(created("m2", "and this", json!({})));
-        assert_eq!(behind, InboundStep::Nothing, "waits behind the download");
-        let released = session
-            .lanes
-            .finished("c1", job, *message)
-            .expect("the job waits");
-        let texts: Vec<&str> = released.iter().map(|m| m.event.text.as_str()).collect();
-        assert_eq!(texts, ["see this", "and this"]);
-    }
-
-    #[test]
-    fn answers_go_to_their_request_once() {
-        let mut session = Session::default();
-        let request = session.register("s:4".into(), "turn.complete");
-        let line = session
-            .reply_line(request, HostReply::Done)
-            .expect("a line");
-        let value: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(value["id"], json!("s:4"));
-        assert_eq!(value["re"], json!("turn.complete"));
-        assert_eq!(value["ok"], json!(true));
-        let first = session.request_line(DaemonRequest::HostQueueDepth(protocol::HostQueueDepth {
-            session_key: "s1".into(),
-        }));
-        assert!(first.contains("\"d:1\""), "{first}");
-    }
+/// The frame of a daemon notification.
+pub fn notification(note: DaemonNotification) -> SessionEffect {
+    SessionEffect::Frame(protocol::encode_notification(
+        note.type_name(),
+        note.to_body(),
+    ))
 }
+
+/// The frame of an error answer (never retryable).
+pub fn error_frame(id: &str, re: &str, code: ErrorCode, message: String) -> SessionEffect {
+    let error = ErrorBody {
+        code,
+        message,
+        retryable: false,
+    };
+    SessionEffect::Frame(protocol::encode_response(id, re, Err(&error)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -28,11 +28,8 @@ impl Driver {
                 .and_then(|k| self.session.machine.open_turn(k))
                 .unwrap_or_default()
                 .to_owned();
-            self.perform(Effect::Reply {
-                request,
-                reply: HostReply::Send(SendOutcome::Silenced { turn_id }),
-            })
-            .await;
+            self.reply(request, HostReply::Send(SendOutcome::Silenced { turn_id }))
+                .await;
             return;
         }
         let client = match self.client() {
@@ -147,7 +144,7 @@ impl Driver {
                 retryable: false,
             })
         };
-        self.perform(Effect::Reply { request, reply }).await;
+        self.reply(request, reply).await;
     }
 
     /// The guarded media downloader (built here when no connect did yet).

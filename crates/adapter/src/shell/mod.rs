@@ -9,22 +9,22 @@ use std::time::{Duration, SystemTime};
 
 use canon_dispatch::protocol::DeliveryIntent;
 use canon_host::connect::{self, ConnectFailure};
-use canon_host::conversations::canon_chat;
 use canon_host::hitl;
 use canon_host::hitl::table::{HitlEntry, HitlKind};
 use canon_host::inbound::finish_inbound;
 use canon_host::media::{self, MediaSettings};
 use canon_host::protocol::{
-    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ChatRef, ConnectResult,
-    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSummary, Frame, HandshakePolicy,
-    InboundMessage, Probe, ProbeResult, ShimNotification, ShimRequest, EXIT_UNSUPPORTED_PROTOCOL,
+    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ConnectResult,
+    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, Frame, InboundMessage, Probe,
+    ShimNotification, ShimRequest,
 };
-use canon_host::protocol::{AUDITED_HERMES, AUDITED_PYTHON};
 use canon_host::requests;
-use canon_host::session::{InboundStep, Session};
+use canon_host::session::{
+    Handled, InboundStep, RequestFacts, Session, SessionEffect, UNSUPPORTED_SUFFIX,
+};
 use canon_host::turn::{
-    ActivityEvent, Effect, HostEdit, HostMedia, HostReply, HostSend, Input, MediaPayload, OpId,
-    ProcessingStart, RequestId, SendOutcome, StandaloneSend, TurnConfig, TurnMachine, TurnState,
+    Effect, HostMedia, HostReply, Input, MediaPayload, OpId, RequestId, SendOutcome,
+    StandaloneSend, TurnConfig, TurnMachine, TurnState,
 };
 use canon_transport::media::{MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
@@ -117,7 +117,6 @@ where
         upload_tx,
         upload_permits: Arc::new(Semaphore::new(outbound::UPLOAD_CONCURRENCY)),
         upload_tasks: JoinSet::new(),
-        exit_code: None,
     };
 
     let mut exit_reason = "stdin closed";
@@ -169,14 +168,14 @@ where
             }
             () = sleep => driver.feed(Input::Timeout).await,
         }
-        if driver.exit_code.is_some() {
+        if driver.session.exit_code.is_some() {
             break;
         }
     }
 
     tracing::info!(reason = exit_reason, "shutting down");
     reader.abort();
-    let exit_code = driver.exit_code.unwrap_or(0);
+    let exit_code = driver.session.exit_code.unwrap_or(0);
     driver.stop_loops();
     // Nothing more reaches the shim; files a stopped task wrote are swept at
     // the next start.
@@ -252,7 +251,6 @@ struct Driver {
     upload_permits: Arc<Semaphore>,
     /// Outbound upload tasks (aborted at exit).
     upload_tasks: JoinSet<()>,
-    exit_code: Option<i32>,
 }
 
 impl Driver {
@@ -359,18 +357,29 @@ impl Driver {
 
     /// Runs the machine on one input and carries out its effects.
     pub(super) async fn feed(&mut self, input: Input) {
-        let effects = self.session.machine.handle(input, now_ms());
-        for effect in effects {
-            self.perform(effect).await;
+        let effects = self.session.feed(input, now_ms());
+        self.perform(effects).await;
+    }
+
+    /// Answers a registered request outside the turn machine, behind the
+    /// queued Canon writes like the machine's own answers.
+    pub(super) async fn reply(&mut self, request: RequestId, reply: HostReply) {
+        if let Some(line) = self.session.reply_line(request, reply) {
+            self.perform(vec![SessionEffect::Reply(line)]).await;
         }
     }
 
-    pub(super) async fn perform(&mut self, effect: Effect) {
+    /// Performs the session's effects in order.
+    pub(super) async fn perform(&mut self, effects: Vec<SessionEffect>) {
+        for effect in effects {
+            self.perform_one(effect).await;
+        }
+    }
+
+    async fn perform_one(&mut self, effect: SessionEffect) {
         match effect {
-            Effect::Reply { request, reply } => {
-                let Some(line) = self.session.reply_line(request, reply) else {
-                    return;
-                };
+            SessionEffect::Frame(line) => self.send_line(line).await,
+            SessionEffect::Reply(line) => {
                 let job = Job::Respond {
                     out: self.out.clone(),
                     line,
@@ -381,19 +390,8 @@ impl Driver {
                     self.send_line(line).await;
                 }
             }
-            Effect::PauseTyping { conversation_id } => {
-                self.notify(DaemonNotification::TypingPause(ChatRef {
-                    chat_id: conversation_id,
-                }))
-                .await;
-            }
-            Effect::ResumeTyping { conversation_id } => {
-                self.notify(DaemonNotification::TypingResume(ChatRef {
-                    chat_id: conversation_id,
-                }))
-                .await;
-            }
-            Effect::Deliver(delivery) => {
+            SessionEffect::CancelHitl(session_key) => self.cancel_hitl(session_key.as_deref()),
+            SessionEffect::Canon(Effect::Deliver(delivery)) => {
                 let op = delivery.op;
                 match self.client() {
                     Ok(client) => {
@@ -409,9 +407,10 @@ impl Driver {
                     }
                 }
             }
-            // Best-effort writes never open the first connection (§19.3: no
-            // network I/O before `adapter.connect` or a durable send).
-            effect => match self.client.clone() {
+            // Best-effort writes never open the first connection (no
+            // network I/O before `adapter.connect` or a durable send,
+            // hermes-host.md §19.3).
+            SessionEffect::Canon(effect) => match self.client.clone() {
                 Some(client) => {
                     if self.jobs.send(Job::Write { client, effect }).await.is_err() {
                         tracing::warn!("Canon write worker is gone");

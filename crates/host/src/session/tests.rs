@@ -1,0 +1,425 @@
+//! Tests of the session: its pieces one by one, then whole daemon
+//! scenarios driven the way the shim and Canon drive the daemon (shim
+//! requests as the shim encodes them, `message.created` events, delivery
+//! outcomes), with no process, socket or sleep. Effects are compared as
+//! one-line renderings ([`describe`]).
+
+use canon_dispatch::verbosity::ConversationType;
+use serde_json::json;
+
+use super::*;
+use crate::turn::{OpId, FINAL_HANDOFF_MS};
+
+fn created(id: &str, text: &str, extra: Value) -> MessageCreated {
+    let mut message = json!({"id": id, "senderId": "u1", "senderName": "Una",
+                             "senderType": "human", "text": text});
+    if let (Value::Object(m), Value::Object(e)) = (&mut message, extra) {
+        m.extend(e);
+    }
+    let payload = json!({"conversationId": "c1", "message": message,
+                         "conversation": {"id": "c1", "type": "direct"}});
+    let Value::Object(payload) = payload else {
+        unreachable!()
+    };
+    MessageCreated {
+        conversation_id: "c1".into(),
+        message: payload["message"].as_object().cloned().unwrap_or_default(),
+        payload,
+        reply_authority: None,
+    }
+}
+
+fn sent(step: InboundStep) -> InboundMessage {
+    match step {
+        InboundStep::Send(message) => *message,
+        other => panic!("expected a message to send: {other:?}"),
+    }
+}
+
+#[test]
+fn a_waking_message_is_sent_remembered_and_opens_its_turn() {
+    let mut session = Session::default();
+    let (step, keys_changed) = session.message_created(created("m1", "hello", json!({})));
+    assert!(keys_changed, "the conversation object is cached");
+    let message = sent(step);
+    assert_eq!(message.event_ref, "e:1");
+    assert_eq!(message.event.text, "hello");
+    let request = session.register("s:1".into(), "turn.start");
+    let summary = EventSummary {
+        chat_id: "c1".into(),
+        message_id: Some("m1".into()),
+        user_id: Some("u1".into()),
+        ..EventSummary::default()
+    };
+    let start = session.processing_start(
+        request,
+        "e:1",
+        "agent:main:canon:dm:c1".into(),
+        &summary,
+        0,
+        &[],
+        5,
+    );
+    assert_eq!(start.conversation_id, "c1");
+    assert_eq!(start.conversation_type, ConversationType::Direct);
+    assert_eq!(start.responder.as_deref(), Some("u1"));
+    assert_eq!(start.random, 5);
+    assert_eq!(session.complete("agent:main:canon:dm:c1", "e:1"), "c1");
+    assert!(session.events.get("e:1").is_none());
+    // An unknown session falls back to the end of its key.
+    assert_eq!(session.complete("agent:main:canon:group:c7", "e:9"), "c7");
+}
+
+#[test]
+fn a_duplicate_message_does_not_wake_twice() {
+    let mut session = Session::default();
+    let (first, _) = session.message_created(created("m1", "hello", json!({})));
+    assert!(matches!(first, InboundStep::Send(_)));
+    let (again, keys_changed) = session.message_created(created("m1", "hello", json!({})));
+    assert_eq!(again, InboundStep::Nothing);
+    assert!(!keys_changed);
+}
+
+#[test]
+fn messages_behind_a_download_wait_in_their_lane() {
+    let mut session = Session::default();
+    let (step, _) = session.message_created(created(
+        "m1",
+        "see this",
+        json!({"attachments": [{"url": "https://x/a.png", "mimeType": "image/png"}]}),
+    ));
+    let InboundStep::Materialize {
+        job,
+        message,
+        attachments,
+        ..
+    } = step
+    else {
+        panic!("expected a download: {step:?}");
+    };
+    assert_eq!(attachments.len(), 1);
+    let (behind, _) = session.message_created(created("m2", "and this", json!({})));
+    assert_eq!(behind, InboundStep::Nothing, "waits behind the download");
+    let released = session
+        .lanes
+        .finished("c1", job, *message)
+        .expect("the job waits");
+    let texts: Vec<&str> = released.iter().map(|m| m.event.text.as_str()).collect();
+    assert_eq!(texts, ["see this", "and this"]);
+}
+
+#[test]
+fn answers_go_to_their_request_once() {
+    let mut session = Session::default();
+    let request = session.register("s:4".into(), "turn.complete");
+    let line = session
+        .reply_line(request, HostReply::Done)
+        .expect("a line");
+    let value: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(value["id"], json!("s:4"));
+    assert_eq!(value["re"], json!("turn.complete"));
+    assert_eq!(value["ok"], json!(true));
+    let first = session.request_line(DaemonRequest::HostQueueDepth(protocol::HostQueueDepth {
+        session_key: "s1".into(),
+    }));
+    assert!(first.contains("\"d:1\""), "{first}");
+}
+
+/// A daemon without I/O: the session, a clock and a randomness counter.
+struct Daemon {
+    session: Session,
+    now: u64,
+    draws: u8,
+}
+
+const FACTS: RequestFacts<'static> = RequestFacts {
+    daemon_version: "0.1.0",
+    manifest_sha256: None,
+    home_channel: None,
+};
+
+impl Daemon {
+    /// A session that has answered `hello`.
+    fn connected() -> Daemon {
+        let mut daemon = Daemon {
+            session: Session::default(),
+            now: 1_000,
+            draws: 0,
+        };
+        let hello = json!({"protocols": [1], "manifest_sha256": "a".repeat(64),
+            "shim_version": "0.1.0", "binary_version": "0.1.0", "hermes_version": "0.19.0",
+            "python_version": "3.11.7", "pid": 1, "hermes_home": "/h", "profile_name": null,
+            "multiplex_active": false, "seams": {"busy_handler": false, "dequeue_ack": false}});
+        let answer = daemon.request("s:0", "hello", hello);
+        assert_eq!(answer, ["answer s:0 hello ok"]);
+        daemon
+    }
+
+    fn request(&mut self, id: &str, kind: &str, body: Value) -> Vec<String> {
+        let request = ShimRequest::from_parts(kind, body).expect("a valid shim request");
+        self.draws += 1;
+        let random = u128::from(self.draws) << 120;
+        self.now += 10;
+        match self
+            .session
+            .request(id.to_owned(), request, FACTS, self.now, random)
+        {
+            Handled::Effects(effects) => effects.iter().map(describe).collect(),
+            Handled::Shell(request) => vec![format!("shell {}", request.type_name())],
+        }
+    }
+
+    fn feed(&mut self, input: Input) -> Vec<String> {
+        self.now += 10;
+        self.session
+            .feed(input, self.now)
+            .iter()
+            .map(describe)
+            .collect()
+    }
+
+    /// The timers due `ms` from now.
+    fn after(&mut self, ms: u64) -> Vec<String> {
+        self.now += ms;
+        self.session
+            .feed(Input::Timeout, self.now)
+            .iter()
+            .map(describe)
+            .collect()
+    }
+
+    /// A human message in a conversation: the event reference it was
+    /// handed to the shim under, or `None` when it does not wake.
+    fn message(&mut self, conversation: &str, id: &str, text: &str) -> Option<String> {
+        let payload = json!({"conversationId": conversation, "conversation": {"id": conversation, "type": "direct"},
+            "message": {"id": id, "senderId": "u1", "senderName": "Una", "senderType": "human", "text": text}});
+        let Value::Object(payload) = payload else {
+            unreachable!()
+        };
+        let created = MessageCreated {
+            conversation_id: conversation.to_owned(),
+            message: payload["message"].as_object().cloned().unwrap_or_default(),
+            payload,
+            reply_authority: None,
+        };
+        match self.session.message_created(created).0 {
+            InboundStep::Send(message) => Some(message.event_ref),
+            _ => None,
+        }
+    }
+
+    fn turn_start(
+        &mut self,
+        id: &str,
+        event_ref: &str,
+        conversation: &str,
+        message: &str,
+    ) -> Vec<String> {
+        let body = json!({"event_ref": event_ref, "session_key": session_key(conversation),
+            "event": {"chat_id": conversation, "chat_type": "dm", "user_id": "u1", "user_name": "Una",
+                      "message_id": message, "message_type": "text", "internal": false,
+                      "text_len": 5, "delivery_intent": "queue"},
+            "queue_depth": 0});
+        self.request(id, "turn.start", body)
+    }
+
+    /// A final answer as Hermes sends it (`notify`: a send that is already
+    /// whole, not an auxiliary message).
+    fn send(&mut self, id: &str, conversation: &str, reply_to: &str, text: &str) -> Vec<String> {
+        let body = json!({"chat_id": conversation, "content": text, "reply_to": reply_to, "metadata": {"notify": true},
+            "ctx": {"platform": "canon", "chat_id": conversation, "session_key": session_key(conversation),
+                    "user_id": "u1", "message_id": reply_to}});
+        self.request(id, "adapter.send", body)
+    }
+
+    fn complete(&mut self, id: &str, event_ref: &str, conversation: &str) -> Vec<String> {
+        let body = json!({"event_ref": event_ref, "session_key": session_key(conversation),
+            "outcome": "success", "queue_depth": 0});
+        self.request(id, "turn.complete", body)
+    }
+}
+
+fn session_key(conversation: &str) -> String {
+    format!("agent:main:canon:dm:{conversation}")
+}
+
+/// One line per effect: frames by type or answered request, replies with
+/// their request, Canon writes by what they change.
+fn describe(effect: &SessionEffect) -> String {
+    let line = |line: &str| serde_json::from_str::<Value>(line).expect("a JSON line");
+    match effect {
+        SessionEffect::Frame(text) => {
+            let v = line(text);
+            match v.get("re").and_then(Value::as_str) {
+                Some(re) => {
+                    let ok = if v["ok"] == json!(true) {
+                        "ok".to_owned()
+                    } else {
+                        format!("error {}", v["error"]["code"].as_str().unwrap_or("?"))
+                    };
+                    format!("answer {} {re} {ok}", v["id"].as_str().unwrap_or("?"))
+                }
+                None => format!("{} {}", v["type"].as_str().unwrap_or("?"), v["body"]),
+            }
+        }
+        SessionEffect::Reply(text) => {
+            let v = line(text);
+            format!(
+                "reply {} {}",
+                v["id"].as_str().unwrap_or("?"),
+                v["re"].as_str().unwrap_or("?")
+            )
+        }
+        SessionEffect::CancelHitl(key) => format!("cancel hitl {}", key.as_deref().unwrap_or("*")),
+        SessionEffect::Canon(Effect::PublishTurn(update)) => {
+            format!("turn {} {}", update.state, update.conversation_id)
+        }
+        SessionEffect::Canon(Effect::Deliver(delivery)) => {
+            let parts: Vec<String> = delivery
+                .parts
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} reply_to={} {:?}",
+                        p.metadata
+                            .get("turnSemantics")
+                            .and_then(Value::as_str)
+                            .unwrap_or("?"),
+                        p.reply_to.as_deref().unwrap_or("-"),
+                        p.text
+                    )
+                })
+                .collect();
+            format!(
+                "deliver op{} {} [{}]",
+                delivery.op.0,
+                delivery.conversation_id,
+                parts.join(", ")
+            )
+        }
+        SessionEffect::Canon(Effect::Streaming(_)) => "streaming".to_owned(),
+        SessionEffect::Canon(Effect::Typing(typing)) => {
+            format!("typing {} {}", typing.conversation_id, typing.typing)
+        }
+        SessionEffect::Canon(other) => format!("canon {other:?}"),
+    }
+}
+
+/// The lines of `lines` that start with `prefix`.
+fn only<'a>(lines: &'a [String], prefix: &str) -> Vec<&'a str> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with(prefix))
+        .map(String::as_str)
+        .collect()
+}
+
+#[test]
+fn requests_before_hello_are_refused() {
+    let mut daemon = Daemon {
+        session: Session::default(),
+        now: 0,
+        draws: 0,
+    };
+    assert_eq!(
+        daemon.request("s:1", "adapter.chat_info", json!({"chat_id": "c1"})),
+        ["answer s:1 adapter.chat_info error handshake_required"]
+    );
+    assert!(!daemon.session.handshake_done);
+}
+
+#[test]
+fn requests_that_need_io_go_back_to_the_shell() {
+    let mut daemon = Daemon::connected();
+    assert_eq!(
+        daemon.request("s:1", "shutdown", json!({})),
+        ["shell shutdown"]
+    );
+    assert_eq!(
+        daemon.request("s:2", "probe", json!({"verify": false})),
+        ["shell probe"]
+    );
+}
+
+#[test]
+fn an_unknown_tool_is_answered_unsupported() {
+    let mut daemon = Daemon::connected();
+    let answer = daemon.request(
+        "s:1",
+        "tool.call",
+        json!({"name": "canon_runtime_control", "args": {"action": "send_card"}, "ctx": {}}),
+    );
+    assert_eq!(answer, ["answer s:1 tool.call error internal"]);
+}
+
+#[test]
+fn a_message_is_answered_once_through_the_whole_daemon() {
+    let mut daemon = Daemon::connected();
+    let event = daemon.message("c1", "m1", "hello").expect("wakes");
+    let started = daemon.turn_start("s:1", &event, "c1", "m1");
+    assert_eq!(only(&started, "turn "), ["turn thinking c1"]);
+    assert_eq!(only(&started, "reply "), ["reply s:1 turn.start"]);
+    let staged = daemon.send("s:2", "c1", "m1", "Hi Una");
+    assert_eq!(only(&staged, "reply "), ["reply s:2 adapter.send"]);
+    assert!(
+        only(&staged, "deliver").is_empty(),
+        "nothing durable before the turn ends"
+    );
+    let closing = daemon.complete("s:3", &event, "c1");
+    assert_eq!(closing[0], "cancel hitl agent:main:canon:dm:c1");
+    let delivered = only(&closing, "deliver");
+    assert_eq!(
+        delivered,
+        ["deliver op1 c1 [turn_complete reply_to=m1 \"Hi Una\"]"]
+    );
+    let stored = daemon.feed(Input::DeliveryOutcome {
+        op: OpId(1),
+        result: Ok(Some("canon-msg-1".into())),
+    });
+    assert!(
+        only(&stored, "reply ").is_empty(),
+        "the turn closes after the hand-off"
+    );
+    let done = daemon.after(FINAL_HANDOFF_MS);
+    assert_eq!(only(&done, "reply "), ["reply s:3 turn.complete"]);
+    assert_eq!(only(&done, "turn "), ["turn completed c1"]);
+    assert!(
+        daemon.session.events.get(&event).is_none(),
+        "the event is forgotten"
+    );
+}
+
+#[test]
+fn two_busy_conversations_each_answer_their_own_message() {
+    let mut daemon = Daemon::connected();
+    let first = daemon.message("c1", "m1", "first").expect("wakes");
+    let second = daemon.message("c2", "m2", "second").expect("wakes");
+    daemon.turn_start("s:1", &first, "c1", "m1");
+    daemon.turn_start("s:2", &second, "c2", "m2");
+    daemon.send("s:3", "c2", "m2", "answer two");
+    daemon.send("s:4", "c1", "m1", "answer one");
+    let closing_two = daemon.complete("s:5", &second, "c2");
+    let closing_one = daemon.complete("s:6", &first, "c1");
+    assert_eq!(
+        only(&closing_two, "deliver"),
+        ["deliver op1 c2 [turn_complete reply_to=m2 \"answer two\"]"]
+    );
+    assert_eq!(
+        only(&closing_one, "deliver"),
+        ["deliver op2 c1 [turn_complete reply_to=m1 \"answer one\"]"]
+    );
+    daemon.feed(Input::DeliveryOutcome {
+        op: OpId(2),
+        result: Ok(None),
+    });
+    let done_one = daemon.after(FINAL_HANDOFF_MS);
+    assert_eq!(only(&done_one, "reply "), ["reply s:6 turn.complete"]);
+    assert_eq!(only(&done_one, "turn "), ["turn completed c1"]);
+    daemon.feed(Input::DeliveryOutcome {
+        op: OpId(1),
+        result: Ok(None),
+    });
+    let done_two = daemon.after(FINAL_HANDOFF_MS);
+    assert_eq!(only(&done_two, "reply "), ["reply s:5 turn.complete"]);
+    assert_eq!(only(&done_two, "turn "), ["turn completed c2"]);
+}
