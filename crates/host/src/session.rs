@@ -13,17 +13,19 @@ use std::collections::HashMap;
 
 use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
 use canon_dispatch::protocol::DeliveryIntent;
-use canon_wire::events::MessageCreated;
+use canon_wire::events::{EventKind, MessageCreated};
+use canon_wire::types::{AgentMe, Conversation};
 use serde_json::Value;
 
 use crate::answers::reply_body;
+use crate::connect::{self, ConnectFailure};
 use crate::conversations::{chat_from_session_key, conversation_type_of, ConversationCache};
 use crate::hitl::table::HitlTable;
 use crate::inbound::{self, EventTable, InboundLanes, PendingEvent};
-use crate::media::TrustedScope;
+use crate::media::{MediaSettings, TrustedScope};
 use crate::protocol::{
-    self, ChatRef, DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, EventSummary,
-    HandshakePolicy, InboundMessage, OpenTurn, ShimRequest, ShimResponse,
+    self, ChatRef, ConnectResult, DaemonNotification, DaemonRequest, ErrorBody, ErrorCode,
+    EventSummary, HandshakePolicy, InboundMessage, OpenTurn, ShimRequest, ShimResponse,
     EXIT_UNSUPPORTED_PROTOCOL,
 };
 use crate::requests;
@@ -61,6 +63,32 @@ pub struct RequestFacts<'a> {
     pub manifest_sha256: Option<&'a str>,
     /// `CANON_HOME_CHANNEL`, for standalone sends without a target.
     pub home_channel: Option<&'a str>,
+}
+
+/// What the daemon's configuration says before any connect call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectFacts<'a> {
+    /// `HERMES_CANON_INBOUND_IMAGE_DELIVERY`, when set.
+    pub inbound_image_delivery: Option<&'a str>,
+    /// `HERMES_CANON_INBOUND_VISUAL_MEDIA_DELIVERY`, when set.
+    pub inbound_visual_media_delivery: Option<&'a str>,
+    /// The API key is set.
+    pub api_key_set: bool,
+    /// The base URL is set.
+    pub base_url_set: bool,
+}
+
+/// What the shell does with one stream event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamStep {
+    /// Nothing more.
+    Nothing,
+    /// A `message.created` event's step (see [`InboundStep`]).
+    Inbound(InboundStep),
+    /// Consume this conversation's runtime signal now (the doorbell).
+    Ring(String),
+    /// Re-fetch the conversation list (the event replay expired).
+    Refetch,
 }
 
 /// The answer of [`Session::request`].
@@ -500,6 +528,98 @@ impl Session {
             random: 0,
         };
         turn::standalone_target(&probe).is_some()
+    }
+
+    /// The checks of `adapter.connect` before any Canon call: an invalid
+    /// inbound-media setting refuses first (runtime-control.md §8.1), then
+    /// missing credentials. On success the media scope is set.
+    pub fn connect_start(
+        &mut self,
+        facts: ConnectFacts<'_>,
+        extra: &Value,
+    ) -> Result<(), ConnectResult> {
+        let settings = MediaSettings::resolve(
+            facts.inbound_image_delivery,
+            facts.inbound_visual_media_delivery,
+            extra,
+        )
+        .map_err(|error| {
+            tracing::error!(%error, "inbound media delivery setting refused");
+            connect::refusal(ConnectFailure::InvalidConfig(error.to_string()))
+        })?;
+        self.media_scope = settings.scope();
+        if !facts.api_key_set || !facts.base_url_set {
+            return Err(connect::refusal(ConnectFailure::MissingCredentials));
+        }
+        Ok(())
+    }
+
+    /// Canon answered `GET /agents/me` and `GET /conversations`: the cache
+    /// is replaced, the agent facts kept, and a fresh turn machine serves the
+    /// connection (busy routing as the shim's seams allow).
+    pub fn connected(
+        &mut self,
+        me: AgentMe,
+        conversations: Vec<Conversation>,
+        busy_handler: bool,
+    ) -> ConnectResult {
+        self.conversations.replace(conversations);
+        self.agent = AgentFacts {
+            agent_id: me.agent_id.clone(),
+            agent_name: me.display_name.clone(),
+            owner_id: me.owner_id,
+        };
+        self.machine = TurnMachine::new(TurnConfig {
+            supports_interleave: busy_handler,
+            ..TurnConfig::default()
+        });
+        tracing::info!(
+            agent_id = me.agent_id.as_deref().unwrap_or(""),
+            media_scope = ?self.media_scope,
+            "adapter connected"
+        );
+        connect::connected(me.agent_id, me.display_name)
+    }
+
+    /// One stream event, and whether the conversation cache's key set
+    /// changed (then the signal pass's set is republished).
+    pub fn stream_event(&mut self, kind: EventKind) -> (StreamStep, bool) {
+        match kind {
+            EventKind::MessageCreated(created) => {
+                let (step, keys_changed) = self.message_created(*created);
+                (StreamStep::Inbound(step), keys_changed)
+            }
+            EventKind::RuntimeControl {
+                conversation_id,
+                kind,
+            } if kind == "signal" => (StreamStep::Ring(conversation_id), false),
+            EventKind::ConversationUpdated {
+                conversation_id,
+                changes,
+            } => {
+                let keys_changed = self.conversations.apply_update(&conversation_id, changes);
+                (StreamStep::Nothing, keys_changed)
+            }
+            EventKind::AgentContext {
+                agent_id: Some(agent_id),
+                ..
+            } => {
+                self.agent.agent_id = Some(agent_id);
+                (StreamStep::Nothing, false)
+            }
+            EventKind::ReplayExpired { last_available_id } => {
+                // The transport already moved the cursor (canon-wire.md §5.3).
+                tracing::info!(
+                    last_available_id = last_available_id.as_deref().unwrap_or(""),
+                    "event replay expired; re-fetching the conversations"
+                );
+                (StreamStep::Refetch, false)
+            }
+            other => {
+                tracing::trace!(?other, "stream event not handled");
+                (StreamStep::Nothing, false)
+            }
+        }
     }
 
     /// A `message.created` event through the wake pipeline, and whether the

@@ -279,6 +279,8 @@ struct Turn {
     ledger: Ledger,
     final_committed: bool,
     silenced: bool,
+    /// Hermes answered a Canon stop for this turn (see [`stop_signal_reply`]).
+    stopped: bool,
     typing_paused: bool,
     last_publish_ms: u64,
     last_tool_write_ms: Option<u64>,
@@ -678,6 +680,16 @@ impl TurnMachine {
         };
         turn.queue_depth = queue_depth;
         turn.tool_write_pending = false;
+        // Hermes answers a stop command and only then cancels the running
+        // task; when the interrupted agent returns first, Hermes discards its
+        // result and reports success. The human stopped the turn, so it
+        // closes as cancelled whichever finished first, and nothing it staged
+        // is posted.
+        let outcome = if turn.stopped && outcome == Outcome::Success {
+            Outcome::Cancelled
+        } else {
+            outcome
+        };
         let conversation = turn.conversation_id.clone();
         let clear = Effect::Streaming(StreamingUpdate::Clear {
             conversation_id: conversation.clone(),
@@ -772,9 +784,13 @@ impl TurnMachine {
             // shows the turn's state; posting the reply would make it the
             // stopped turn's `turn_complete` (or a message replying to an id
             // Canon never issued), so it is acknowledged and not written.
+            let stop = stop_signal_reply(&send);
             let turn_id = self
                 .open_turn_mut(send.session_key.as_deref(), &send.conversation_id)
-                .map(|t| t.id.clone())
+                .map(|t| {
+                    t.stopped |= stop;
+                    t.id.clone()
+                })
                 .unwrap_or_default();
             out.push(reply(
                 send.request,
@@ -1592,6 +1608,7 @@ impl Turn {
             ledger: Ledger::default(),
             final_committed: false,
             silenced: false,
+            stopped: false,
             typing_paused: false,
             last_publish_ms: now,
             last_tool_write_ms: None,
@@ -1952,6 +1969,23 @@ fn reply(request: RequestId, reply: HostReply) -> Effect {
 /// Python truthiness of a marker.
 /// Whether a host send answers a synthetic control event
 /// ([`CONTROL_EVENT_PREFIX`]), by `reply_to` or Hermes' reply metadata.
+/// Whether a send answers a Canon `interrupt` or `stop_and_drop` signal
+/// (the shim's synthetic `/stop`), as opposed to `new_session`.
+fn stop_signal_reply(send: &HostSend) -> bool {
+    let stop = |id: Option<&str>| {
+        id.and_then(|id| id.strip_prefix(CONTROL_EVENT_PREFIX))
+            .is_some_and(|rest| {
+                rest.starts_with("interrupt:") || rest.starts_with("stop_and_drop:")
+            })
+    };
+    stop(send.reply_to.as_deref())
+        || stop(
+            send.metadata
+                .get("reply_to_message_id")
+                .and_then(Value::as_str),
+        )
+}
+
 fn replies_to_control_event(send: &HostSend) -> bool {
     let control = |id: Option<&str>| id.is_some_and(|id| id.starts_with(CONTROL_EVENT_PREFIX));
     control(send.reply_to.as_deref())

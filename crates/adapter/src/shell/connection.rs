@@ -11,22 +11,14 @@ impl Driver {
             message: error.to_string(),
             retryable: error.is_retryable(),
         };
-        // An invalid delivery setting refuses the adapter before anything
-        // else (runtime-control.md §8.1; 0.14.1 raises in the constructor).
-        let settings = match MediaSettings::resolve(
-            self.config.inbound_image_delivery.as_deref(),
-            self.config.inbound_visual_media_delivery.as_deref(),
-            extra,
-        ) {
-            Ok(settings) => settings,
-            Err(error) => {
-                tracing::error!(%error, "inbound media delivery setting refused");
-                return connect::refusal(ConnectFailure::InvalidConfig(error.to_string()));
-            }
+        let facts = ConnectFacts {
+            inbound_image_delivery: self.config.inbound_image_delivery.as_deref(),
+            inbound_visual_media_delivery: self.config.inbound_visual_media_delivery.as_deref(),
+            api_key_set: !self.config.api_key.expose().is_empty(),
+            base_url_set: !self.config.base_url.is_empty(),
         };
-        self.session.media_scope = settings.scope();
-        if self.config.api_key.expose().is_empty() || self.config.base_url.is_empty() {
-            return connect::refusal(ConnectFailure::MissingCredentials);
+        if let Err(refused) = self.session.connect_start(facts, extra) {
+            return refused;
         }
         let client = match self.client() {
             Ok(client) => client,
@@ -45,14 +37,8 @@ impl Driver {
             Ok(conversations) => conversations,
             Err(error) => return connect::refusal(call_failed(&error)),
         };
-        self.replace_conversations(conversations);
-        self.session.agent.agent_id = me.agent_id.clone();
-        self.session.agent.agent_name = me.display_name.clone();
-        self.session.agent.owner_id = me.owner_id.clone();
-        self.session.machine = TurnMachine::new(TurnConfig {
-            supports_interleave: busy_handler,
-            ..TurnConfig::default()
-        });
+        let result = self.session.connected(me, conversations, busy_handler);
+        self.publish_signal_ids();
         if self.downloader.is_none() {
             self.downloader = Some(MediaDownloader::new(MediaOptions {
                 policy: AddressPolicy {
@@ -70,12 +56,7 @@ impl Driver {
                 tracing::warn!(%error, "runtime status publish failed");
             }
         });
-        tracing::info!(
-            agent_id = me.agent_id.as_deref().unwrap_or(""),
-            media_scope = ?self.session.media_scope,
-            "adapter connected"
-        );
-        connect::connected(me.agent_id, me.display_name)
+        result
     }
 
     pub(super) async fn on_stream(&mut self, item: StreamItem) {
@@ -101,45 +82,20 @@ impl Driver {
                 return;
             }
         };
-        match event.kind {
-            EventKind::MessageCreated(created) => self.on_message_created(*created).await,
-            EventKind::RuntimeControl {
-                conversation_id,
-                kind,
-            } if kind == "signal" => self.ring(conversation_id),
-            EventKind::ConversationUpdated {
-                conversation_id,
-                changes,
-            } => {
-                if self
-                    .session
-                    .conversations
-                    .apply_update(&conversation_id, changes)
-                {
-                    self.publish_signal_ids();
-                }
-            }
-            EventKind::AgentContext {
-                agent_id: Some(agent_id),
-                ..
-            } => self.session.agent.agent_id = Some(agent_id),
-            EventKind::ReplayExpired { last_available_id } => {
-                // canon-wire.md §5.3: the transport already moved the cursor.
-                tracing::info!(
-                    last_available_id = last_available_id.as_deref().unwrap_or(""),
-                    "event replay expired; re-fetching the conversations"
-                );
-                self.refetch_conversations();
-            }
-            other => tracing::trace!(?other, "stream event not handled"),
-        }
-    }
-
-    pub(super) async fn on_message_created(&mut self, created: canon_wire::events::MessageCreated) {
-        let (step, keys_changed) = self.session.message_created(created);
+        let (step, keys_changed) = self.session.stream_event(event.kind);
         if keys_changed {
             self.publish_signal_ids();
         }
+        match step {
+            StreamStep::Nothing => {}
+            StreamStep::Inbound(step) => self.on_inbound(step).await,
+            StreamStep::Ring(conversation_id) => self.ring(conversation_id),
+            StreamStep::Refetch => self.refetch_conversations(),
+        }
+    }
+
+    /// Carries out what a `message.created` event became.
+    pub(super) async fn on_inbound(&mut self, step: InboundStep) {
         match step {
             InboundStep::Nothing => {}
             InboundStep::Send(message) => {

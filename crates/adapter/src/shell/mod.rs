@@ -12,7 +12,7 @@ use canon_host::connect::{self, ConnectFailure};
 use canon_host::hitl;
 use canon_host::hitl::table::{HitlEntry, HitlKind};
 use canon_host::inbound::finish_inbound;
-use canon_host::media::{self, MediaSettings};
+use canon_host::media::{self};
 use canon_host::protocol::{
     self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ConnectResult,
     DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, Frame, InboundMessage, Probe,
@@ -20,18 +20,18 @@ use canon_host::protocol::{
 };
 use canon_host::requests;
 use canon_host::session::{
-    Handled, InboundStep, RequestFacts, Session, SessionEffect, UNSUPPORTED_SUFFIX,
+    ConnectFacts, Handled, InboundStep, RequestFacts, Session, SessionEffect, StreamStep,
+    UNSUPPORTED_SUFFIX,
 };
 use canon_host::turn::{
     Effect, HostMedia, HostReply, Input, MediaPayload, OpId, RequestId, SendOutcome,
-    StandaloneSend, TurnConfig, TurnMachine, TurnState,
+    StandaloneSend, TurnState,
 };
 use canon_transport::media::{MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::{CanonClient, ClientConfig, EventStream, TransportError};
 use canon_wire::types::{ConsumeInteraction, InteractionKind, InteractionRequest};
-use canon_wire::EventKind;
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};

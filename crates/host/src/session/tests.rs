@@ -423,3 +423,74 @@ fn two_busy_conversations_each_answer_their_own_message() {
     assert_eq!(only(&done_two, "reply "), ["reply s:5 turn.complete"]);
     assert_eq!(only(&done_two, "turn "), ["turn completed c2"]);
 }
+
+#[test]
+fn connect_refuses_a_bad_media_setting_then_missing_credentials() {
+    let mut session = Session::default();
+    let facts = |image: Option<&'static str>, key: bool| ConnectFacts {
+        inbound_image_delivery: image,
+        inbound_visual_media_delivery: None,
+        api_key_set: key,
+        base_url_set: true,
+    };
+    let fatal_code = |result: Result<(), ConnectResult>| {
+        result
+            .err()
+            .and_then(|r| r.fatal)
+            .map(|f| f.code)
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        fatal_code(session.connect_start(facts(Some("sometimes"), true), &json!({}))),
+        "invalid_config"
+    );
+    assert_eq!(
+        fatal_code(session.connect_start(facts(None, false), &json!({}))),
+        "missing_api_key"
+    );
+    assert_eq!(session.connect_start(facts(None, true), &json!({})), Ok(()));
+}
+
+#[test]
+fn connected_keeps_the_agent_and_the_fresh_conversation_list() {
+    let mut session = Session::default();
+    session
+        .conversations
+        .insert("stale", json!({"id": "stale"}));
+    let me = AgentMe::from_object(
+        json!({"agentId": "a1", "displayName": "Hermes", "ownerId": "o1"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let list = Conversation::list_from(json!([{"id": "c1", "type": "group"}]));
+    let result = session.connected(me, list, true);
+    assert!(result.connected && result.fatal.is_none());
+    assert_eq!(result.agent_name.as_deref(), Some("Hermes"));
+    assert_eq!(session.agent.owner_id.as_deref(), Some("o1"));
+    assert_eq!(session.conversations.ids(), ["c1"]);
+}
+
+#[test]
+fn stream_events_become_steps() {
+    let mut session = Session::default();
+    let changes = json!({"name": "Team"})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let updated = session.stream_event(EventKind::ConversationUpdated {
+        conversation_id: "c9".into(),
+        changes,
+    });
+    assert_eq!(updated, (StreamStep::Nothing, true));
+    assert_eq!(session.conversations.chat_facts("c9").0, "Team");
+    let ring = session.stream_event(EventKind::RuntimeControl {
+        conversation_id: "c9".into(),
+        kind: "signal".into(),
+    });
+    assert_eq!(ring, (StreamStep::Ring("c9".into()), false));
+    let expired = session.stream_event(EventKind::ReplayExpired {
+        last_available_id: None,
+    });
+    assert_eq!(expired, (StreamStep::Refetch, false));
+}

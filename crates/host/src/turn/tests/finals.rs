@@ -272,3 +272,79 @@ fn reply_to_a_control_event_is_never_written() {
         (4, after_turn, &["reply r5 aux "]),
     ]);
 }
+
+/// Hermes answers a Canon stop and only then cancels the running task; when
+/// the interrupted agent returns first, Hermes reports success. The stopped
+/// turn still closes `interrupted` and its staged text is never posted. A
+/// `new_session` reply does not count as a stop.
+#[test]
+fn a_stopped_turn_closes_interrupted_even_when_hermes_reports_success() {
+    let stop_reply = |request: u64, signal: &str| {
+        Input::Send(HostSend {
+            request: RequestId(request),
+            session_key: Some(S1.to_owned()),
+            conversation_id: C1.to_owned(),
+            content: "⚡ Stopped.".to_owned(),
+            reply_to: Some(format!("canon-control:{signal}:1796010678.17")),
+            metadata: meta(json!({"notify": true})),
+            random: rand(9),
+        })
+    };
+    check(vec![
+        (
+            0,
+            start(1, "m1", 5),
+            &[
+                "read conv-1",
+                "turn thinking T5 q=0 active=m1",
+                "reply r1 started T5",
+            ],
+        ),
+        (
+            1,
+            preview(2, "Partial ▉"),
+            &[
+                "stream set T5 text=\"Partial ▉\" blocks=[text:T5:1:running]",
+                "turn streaming T5 q=0",
+                "reply r2 preview T5",
+            ],
+        ),
+        (2, stop_reply(3, "stop_and_drop"), &["reply r3 aux T5"]),
+        (
+            3,
+            complete(4, Outcome::Success),
+            &[
+                "stream clear conv-1",
+                "turn interrupted T5 q=0",
+                "typing.resume conv-1",
+                "reply r4 done",
+            ],
+        ),
+    ]);
+    check(vec![
+        (
+            0,
+            start(1, "m1", 6),
+            &[
+                "read conv-1",
+                "turn thinking T6 q=0 active=m1",
+                "reply r1 started T6",
+            ],
+        ),
+        (
+            1,
+            send_with(2, Some(S1), "Answer", json!({"notify": true})),
+            &[
+                "stream set T6 text=\"Answer\" blocks=[text:T6:1:completed]",
+                "turn streaming T6 q=0",
+                "reply r2 preview T6",
+            ],
+        ),
+        (2, stop_reply(3, "new_session"), &["reply r3 aux T6"]),
+        (
+            3,
+            complete(4, Outcome::Success),
+            &["deliver op1 messages conv-1 [base turn_complete \"Answer\" trail=[text:T6:1:completed]]"],
+        ),
+    ]);
+}
