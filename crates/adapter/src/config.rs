@@ -71,9 +71,8 @@ pub const HANDOFF_MAX_AGE: Duration = Duration::from_secs(3_600);
 /// The hand-off directory under `CANON_HOME` (hermes-host.md Q8, cli.md §6).
 pub const HANDOFF_DIR: &str = "tmp";
 
-/// How often a blocking clarify or approval is polled (canon-wire.md
-/// How often a blocking clarify or approval is polled (canon-wire.md
-/// §9.1); the default of [`Config::hitl_poll`].
+/// How often a blocking clarify or approval is polled
+/// (canon-wire.md §9.1); the default of [`Config::hitl_poll`].
 pub const HITL_POLL: Duration = Duration::from_secs(1);
 
 /// How long creating a blocking clarify or approval may take before the

@@ -25,7 +25,7 @@ pub(crate) async fn materialize(
     scope: TrustedScope,
     attachments: &[Value],
 ) -> (Vec<InboundMedia>, MediaCounts) {
-    // §8.3: without a live Canon client nothing is downloaded.
+    // runtime-control.md §8.3: without a live Canon client nothing is downloaded.
     let Some(downloader) = downloader else {
         tracing::warn!("inbound attachments skipped: no media downloader");
         return (Vec::new(), media::all_unavailable(scope, attachments));
@@ -70,7 +70,7 @@ pub(crate) async fn materialize(
             &downloaded.bytes,
         );
         if classified.hidden {
-            // Trusted-only: never written, never listed (§8.3 step 4).
+            // Trusted-only: never written, never listed (runtime-control.md §8.3 step 4).
             tracing::debug!(index, ?scope, "inbound attachment hidden from the model");
             counts.hidden += 1;
             continue;
@@ -108,13 +108,13 @@ pub(crate) async fn materialize(
     (listed, counts)
 }
 
-/// Completes an `inbound.message` after materialization: the §8.5 markers,
-/// the listed media, the `message_type` by media priority (canon-wire.md
-/// §7.3 step 4) and the §8.6 demotion of `interleave`.
-/// Writes one hand-off file (hermes-host.md Q8): the directory is created
-/// 0700 when missing, the file is new (`create_new`, never following or
-/// replacing anything) and 0600. Returns its path as a string; a partial
-/// file is removed.
+/// Completes an `inbound.message` after materialization: the
+/// runtime-control.md §8.5 markers, the listed media, the `message_type`
+/// by media priority (canon-wire.md §7.3 step 4) and the
+/// runtime-control.md §8.6 demotion of `interleave`. Writes one hand-off
+/// file (hermes-host.md Q8): the directory is created 0700 when missing,
+/// the file is new (`create_new`, never following or replacing anything)
+/// and 0600. Returns its path as a string; a partial file is removed.
 pub(crate) fn write_handoff_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<String> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
     std::fs::DirBuilder::new()

@@ -1,7 +1,7 @@
-//! Outbound media (canon-wire.md §7.4, hermes-host.md §8.3, §15, §19.6):
-//! read a local file (or download a remote image through the SSRF guard),
-//! upload it (T5) and shape the attachment object and the message
-//! `contentType`. The turn machine then sends the message
+//! Outbound media (canon-wire.md §7.4, hermes-host.md §8.3, §15, §19.6): read
+//! a local file (or download a remote image through the SSRF guard), upload it
+//! (`POST /media/upload`, canon-wire.md §4.4) and shape the attachment object
+//! and the message `contentType`. The turn machine then sends the message
 //! ([`canon_host::turn::Input::Media`], [`canon_host::turn::StandaloneSend`]).
 //!
 //! Files are read from the path Hermes gives (same user); a file above
@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 /// The per-file upload cap (canon-wire.md §4.4): 10 MiB.
 pub(crate) const MAX_UPLOAD_BYTES: u64 = 10 * 1024 * 1024;
 
-/// The error of a file above [`MAX_UPLOAD_BYTES`] (exact, §4.4).
+/// The error of a file above [`MAX_UPLOAD_BYTES`] (exact, canon-wire.md §4.4).
 pub(crate) const UPLOAD_LIMIT_ERROR: &str = "Canon media upload limit is 10MB";
 
 /// At most this many `adapter.send_media` / standalone uploads run at once
@@ -211,9 +211,9 @@ pub(crate) async fn upload_item(
     })
 }
 
-/// Uploads the media files of a `standalone.send` in order (hermes-host.md
-/// §15); the message `contentType` is the first attachment's kind when it is
-/// `image`/`audio`/`video`, else `file` (always `file` with
+/// Uploads the media files of a `standalone.send` in order
+/// (hermes-host.md §15); the message `contentType` is the first attachment's
+/// kind when it is `image`/`audio`/`video`, else `file` (always `file` with
 /// `force_document`).
 pub(crate) async fn upload_files(
     client: &CanonClient,

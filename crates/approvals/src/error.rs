@@ -113,7 +113,7 @@ pub enum RegistryError {
         #[source]
         source: io::Error,
     },
-    /// Another holder kept the lock longer than the configured bound (Q6).
+    /// Another holder kept the lock longer than the configured bound (approvals.md Q6).
     #[error("timed out after {waited:?} waiting for the detached approval registry lock {}", path.display())]
     LockTimeout {
         /// The lock file.

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::state::Registry;
 
-/// Serializes the registry in the §3.4 format.
+/// Serializes the registry in the approvals.md §3.4 format.
 pub fn to_file_bytes(registry: &Registry) -> Result<Vec<u8>, serde_json::Error> {
     // Entries are stored in a `BTreeMap`, so the top level is already sorted; the
     // entry objects are sorted on the fly, without cloning the document.
@@ -32,7 +32,7 @@ pub fn to_file_bytes(registry: &Registry) -> Result<Vec<u8>, serde_json::Error> 
     Ok(out)
 }
 
-/// Serializes any JSON value in the §3.4 format.
+/// Serializes any JSON value in the approvals.md §3.4 format.
 pub fn to_canonical_bytes(value: &Value) -> Result<Vec<u8>, serde_json::Error> {
     let mut out = Vec::with_capacity(4096);
     let mut serializer = serde_json::Serializer::with_formatter(

@@ -21,7 +21,7 @@ pub const CLAIM_ID_HEX_LEN: usize = 32;
 pub struct ApprovalId(String);
 
 impl ApprovalId {
-    /// Builds an id from 80 random bits (any CSPRNG output is acceptable, §2).
+    /// Builds an id from 80 random bits (any CSPRNG output is acceptable, approvals.md §2).
     pub fn from_random(bytes: [u8; 10]) -> Self {
         let mut text = String::with_capacity(APPROVAL_ID_PREFIX.len() + APPROVAL_ID_HEX_LEN);
         text.push_str(APPROVAL_ID_PREFIX);

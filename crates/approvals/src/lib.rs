@@ -11,17 +11,18 @@
 //! * [`state`]: the pure model. [`state::Registry`] holds validated entries
 //!   ([`state::Entry`]) and implements every transition of approvals.md §8
 //!   (create, activate, fail, receipt, consume claim/finish, wake claim/finish),
-//!   pruning (§7), reconcile and recovery decisions (§14), result mapping
-//!   (§10.3, §11) and the wake text (§13). Time is a `now_ms` parameter, ids are
-//!   parameters; no I/O, no clock, no randomness.
-//! * [`request`]: pure normalization of `request_approval` inputs (§9.1),
-//!   including the 72 h timeout clamp, create-failure classification (§9.3),
-//!   the \[seed\] legacy-cap retry rule (§9.5) and the success result (§9.4).
+//!   pruning (approvals.md §7), reconcile and recovery decisions (§14), result
+//!   mapping (approvals.md §10.3, §11) and the wake text (§13). Time is a
+//!   `now_ms` parameter, ids are parameters; no I/O, no clock, no randomness.
+//! * [`request`]: pure normalization of `request_approval` inputs
+//!   (approvals.md §9.1), including the 72 h timeout clamp, create-failure
+//!   classification (approvals.md §9.3), the \[seed\] legacy-cap retry rule
+//!   (approvals.md §9.5) and the success result (§9.4).
 //! * [`store`]: the file store. [`store::Store`] runs lock → load → validate →
-//!   mutate → prune → atomic durable write in one `flock`-guarded critical
-//!   section per call (§4, §5) and fails closed on a damaged file (§6).
-//! * [`format`](mod@format): the file's byte layout (§3.4). [`ids`]: id formats (§2).
-//!   [`error`]: [`error::RegistryError`], the one error type.
+//!   mutate → prune → atomic durable write in one `flock`-guarded critical section
+//!   per call (approvals.md §4, §5) and fails closed on a damaged file (§6).
+//! * [`format`](mod@format): the file's byte layout (approvals.md §3.4). [`ids`]: id
+//!   formats (approvals.md §2). [`error`]: [`error::RegistryError`], the one error type.
 //!
 //! Invariants: the crate is synchronous (the adapter calls it from a blocking
 //! task, the critical section includes `fsync`s); it does no network I/O and
@@ -29,9 +30,9 @@
 //! (style.md §6.2); it never logs, and approval summaries (the question text) are
 //! never part of an error message or `Debug` output. The registry file stays in
 //! the unversioned 0.14.1 format (no new top-level keys, unknown entry fields
-//! preserved) so a Python plugin can share the `CANON_HOME` (§3.5). Wire bodies
-//! are the adapter's business (canon-wire.md §9.5); this crate only classifies
-//! what the adapter hands it.
+//! preserved) so a Python plugin can share the `CANON_HOME` (approvals.md §3.5).
+//! Wire bodies are the adapter's business (canon-wire.md §9.5); this crate only
+//! classifies what the adapter hands it.
 //!
 //! ```
 //! use canon_approvals::ids::ApprovalId;

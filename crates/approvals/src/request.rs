@@ -145,8 +145,8 @@ pub const REQUESTED_NOTE: &str = "Approval requested. Do NOT block on it: the de
 /// How a failed server create is treated (approvals.md §9.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreateFailure {
-    /// HTTP 400–499 except 408, 409, 425, 429: nothing was committed; close the
-    /// entry with `fail_creation` (after the §9.5 retry, when it applies).
+    /// HTTP 400–499 except 408, 409, 425, 429: nothing was committed; close the entry
+    /// with `fail_creation` (after the approvals.md §9.5 retry, when it applies).
     Definitive,
     /// Anything else (timeouts, 408/409/425/429, 5xx, transport, cancellation): the
     /// create may have committed; leave the entry `creating` for recovery.

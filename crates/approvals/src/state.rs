@@ -7,17 +7,17 @@
 //!
 //! Invariants:
 //!
-//! * A [`Registry`] only ever holds entries that pass §6 validation; every
-//!   transition keeps them valid, so getters never fail.
-//! * Entries are kept as JSON objects, so fields this crate does not know
-//!   (written by a newer or older plugin) and the exact numeric values
-//!   (integers stay integers, floats stay floats) survive every rewrite (§3.3).
+//! * A [`Registry`] only ever holds entries that pass approvals.md §6
+//!   validation; every transition keeps them valid, so getters never fail.
+//! * Entries are kept as JSON objects, so fields this crate does not know (written
+//!   by a newer or older plugin) and the exact numeric values (integers stay
+//!   integers, floats stay floats) survive every rewrite (approvals.md §3.3).
 //! * Leases are never stolen while live: a lease is live while its expiry is
-//!   strictly greater than `now_ms` (§8, §10.1, §13).
+//!   strictly greater than `now_ms` (approvals.md §8, §10.1, §13).
 //! * Only the holder of the matching claim id can finish a create, consume or
-//!   wake; a stale finish changes nothing (§8.1).
+//!   wake; a stale finish changes nothing (approvals.md §8.1).
 //! * A terminal status (`resolved`, `expired`, `orphaned`) never changes again;
-//!   it only disappears through 14-day pruning (§7).
+//!   it only disappears through 14-day pruning (approvals.md §7).
 //! * `Debug` output never contains the approval summary or creation error: the
 //!   question text is treated as secret.
 
@@ -74,10 +74,10 @@ pub const RESPONDER_DIFFERENT_ERROR: &str = "server returned a different respons
 pub const NOT_ACTIVATED_SAFELY_MESSAGE: &str =
     "Canon approval creation could not be activated safely";
 
-/// Note of a `pending` result while another worker holds the creation lease (§10.1).
+/// Note of a `pending` result while another worker holds the creation lease (approvals.md §10.1).
 pub const CREATION_BUSY_NOTE: &str = "another worker is creating this approval";
 
-/// Note of a `pending` result while another worker holds the consume lease (§10.1).
+/// Note of a `pending` result while another worker holds the consume lease (approvals.md §10.1).
 pub const CONSUME_BUSY_NOTE: &str = "another worker is checking this approval";
 
 /// Approval status (approvals.md §3.3, §8.1).
@@ -166,7 +166,8 @@ pub enum WakeStatus {
     Delivering,
     /// Delivered; never woken again.
     Delivered,
-    /// Written by plugin 0.17.x; accepted and treated as terminal, never written by us (Q5).
+    /// Written by plugin 0.17.x; accepted and treated as
+    /// terminal, never written by us (approvals.md Q5).
     Blocked,
 }
 
@@ -331,13 +332,13 @@ fn non_empty_string(value: Option<&Value>) -> bool {
     matches!(value, Some(Value::String(s)) if !s.is_empty())
 }
 
-/// Validates one entry against the §6 table.
+/// Validates one entry against the approvals.md §6 table.
 ///
 /// Checks run in the Python plugin's order, so a file with several problems
 /// reports the same first one. Deliberate differences, all on files no writer
 /// produces: `conversationId` and the claim ids must be strings (0.14.1 accepts
 /// any truthy value whose `str()` is non-blank), and a `blocked` wake status is
-/// accepted (Q5).
+/// accepted (approvals.md Q5).
 pub fn validate_entry(key: &str, value: &Value) -> Result<(), EntryProblem> {
     let Value::Object(map) = value else {
         return Err(EntryProblem::NotAnObject);
@@ -735,7 +736,7 @@ impl CheckResult {
         }
     }
 
-    /// The JSON result object with the fields §10.3/§11 list for this status.
+    /// The JSON result object with the fields approvals.md §10.3/§11 list for this status.
     pub fn to_json(&self) -> Value {
         let mut out = Map::new();
         out.insert("status".into(), self.status.as_str().into());
@@ -890,7 +891,8 @@ pub struct ConsumeLease {
 pub enum ConsumeClaim {
     /// Not in the registry: report this `unknown` result without contacting Canon.
     Missing(CheckResult),
-    /// The entry belongs to another conversation; nothing was written (§11 helper rule).
+    /// The entry belongs to another conversation; nothing
+    /// was written (approvals.md §11 helper rule).
     WrongConversation,
     /// Terminal: the cached result, no server call.
     Settled(CheckResult),
@@ -962,8 +964,8 @@ pub enum ConsumeFinish {
     /// A transient failure was recorded (`pending`, `reconcilePending:true`);
     /// the caller propagates its own error.
     Deferred,
-    /// The lease was lost (expired and taken over, or the entry is gone); nothing
-    /// changed. Report this result (Q9: fail closed even if the server answered).
+    /// The lease was lost (expired and taken over, or the entry is gone); nothing changed.
+    /// Report this result (approvals.md Q9: fail closed even if the server answered).
     LeaseLost(CheckResult),
 }
 
@@ -1223,7 +1225,7 @@ impl Registry {
     }
 
     /// The consume claim (approvals.md §10.1), with the optional cross-conversation
-    /// rejection of the domain helper (§11), which changes nothing.
+    /// rejection of the domain helper (approvals.md §11), which changes nothing.
     pub fn claim_consume(
         &mut self,
         approval_id: &str,
@@ -1390,8 +1392,8 @@ impl Registry {
 
     /// `claim_wake` (approvals.md §13 steps 1–3). `None`: nothing to deliver.
     ///
-    /// The §13 step 2 sanity check holds for every validated resolved entry; should
-    /// it ever fail, the wake is released back to `pending` instead of claimed.
+    /// The approvals.md §13 step 2 sanity check holds for every validated resolved entry;
+    /// should it ever fail, the wake is released back to `pending` instead of claimed.
     pub fn claim_wake(
         &mut self,
         approval_id: &str,
@@ -1454,7 +1456,7 @@ impl Registry {
         true
     }
 
-    /// Ids of `resolved` entries whose wake is `pending` or `delivering` (§14.1 b).
+    /// Ids of `resolved` entries whose wake is `pending` or `delivering` (approvals.md §14.1 b).
     pub fn pending_wakes(&self) -> Vec<String> {
         self.entries()
             .filter(|e| {
@@ -1468,7 +1470,8 @@ impl Registry {
             .collect()
     }
 
-    /// Ids the startup reconcile pass consumes: `creating`, `pending`, `consuming` (§14.1 a).
+    /// Ids the startup reconcile pass consumes: `creating`,
+    /// `pending`, `consuming` (approvals.md §14.1 a).
     pub fn reconcile_targets(&self) -> Vec<String> {
         self.entries()
             .filter(|e| !e.status().is_terminal())
@@ -1476,8 +1479,8 @@ impl Registry {
             .collect()
     }
 
-    /// Ids the 30 s periodic scan hands to receipt recovery (§14.3, including the
-    /// \[seed\] retry of failed wakes).
+    /// Ids the 30 s periodic scan hands to receipt recovery (approvals.md §14.3,
+    /// including the \[seed\] retry of failed wakes).
     pub fn recovery_candidates(&self, now_ms: u64) -> Vec<String> {
         self.entries()
             .filter(|e| recovery_eligible(e, now_ms))
@@ -1485,7 +1488,7 @@ impl Registry {
             .collect()
     }
 
-    /// `next_lease_retry_delay` (§14.1 e) in ms: `None` when no lease exists.
+    /// `next_lease_retry_delay` (approvals.md §14.1 e) in ms: `None` when no lease exists.
     pub fn next_lease_retry_delay_ms(&self, now_ms: u64) -> Option<u64> {
         let earliest = self
             .entries()
@@ -1522,8 +1525,8 @@ impl Registry {
     }
 }
 
-/// Whether the periodic scan (§14.3) or the recovery task's first step (§14.2 step 1,
-/// extended by the \[seed\] rule) keeps working on `entry`.
+/// Whether the periodic scan (approvals.md §14.3) or the recovery task's first
+/// step (approvals.md §14.2 step 1, extended by the \[seed\] rule) keeps working on `entry`.
 pub fn recovery_eligible(entry: &Entry, now_ms: u64) -> bool {
     if entry.receipt_pending() || entry.reconcile_pending() {
         return true;
@@ -1539,16 +1542,17 @@ pub fn recovery_eligible(entry: &Entry, now_ms: u64) -> bool {
     }
 }
 
-/// Initial wait of the receipt-recovery task behind a live create lease (§14.2 step 2).
+/// Initial wait of the receipt-recovery task behind
+/// a live create lease (approvals.md §14.2 step 2).
 pub const RECOVERY_BACKOFF_START_MS: u64 = 250;
 
-/// Cap of that wait (§14.2 step 2).
+/// Cap of that wait (approvals.md §14.2 step 2).
 pub const RECOVERY_BACKOFF_CAP_MS: u64 = 5_000;
 
-/// Minimum wait behind a live create lease (§14.2 step 2).
+/// Minimum wait behind a live create lease (approvals.md §14.2 step 2).
 pub const RECOVERY_MIN_WAIT_MS: u64 = 50;
 
-/// One step of the receipt-recovery task (§14.2).
+/// One step of the receipt-recovery task (approvals.md §14.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoveryAction {
     /// Stop the task.
@@ -1564,10 +1568,10 @@ pub enum RecoveryAction {
     Consume,
 }
 
-/// Decides the next receipt-recovery step for `entry` (§14.2). `backoff_ms` is the
-/// task's current backoff, which the caller advances with [`next_recovery_backoff`]
-/// after each `Wait`. Step 1 is extended by the \[seed\] rule of §14.3: a resolved
-/// entry with an undelivered wake is eligible without a flag.
+/// Decides the next receipt-recovery step for `entry` (approvals.md §14.2). `backoff_ms`
+/// is the task's current backoff, which the caller advances with [`next_recovery_backoff`]
+/// after each `Wait`. Step 1 is extended by the \[seed\] rule of approvals.md §14.3: a
+/// resolved entry with an undelivered wake is eligible without a flag.
 pub fn recovery_action(entry: Option<&Entry>, backoff_ms: u64, now_ms: u64) -> RecoveryAction {
     let Some(entry) = entry else {
         return RecoveryAction::Stop;
@@ -1594,12 +1598,12 @@ pub fn recovery_action(entry: Option<&Entry>, backoff_ms: u64, now_ms: u64) -> R
     }
 }
 
-/// Doubles the recovery backoff up to its cap (§14.2 step 2).
+/// Doubles the recovery backoff up to its cap (approvals.md §14.2 step 2).
 pub fn next_recovery_backoff(backoff_ms: u64) -> u64 {
     backoff_ms.saturating_mul(2).min(RECOVERY_BACKOFF_CAP_MS)
 }
 
-/// Bookkeeping of the startup reconcile loop (§14.1 steps 1, c, d, f).
+/// Bookkeeping of the startup reconcile loop (approvals.md §14.1 steps 1, c, d, f).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReconcileTracker {
     predecessor_consumes: Vec<String>,

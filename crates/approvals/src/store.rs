@@ -1,30 +1,30 @@
 //! The registry file store: `<CANON_HOME>/detached-approvals.json` (approvals.md §3–§7).
 //!
-//! Every operation runs one critical section: process mutex → `mkdir -p` →
-//! open `.detached-approvals.lock` (mode 0600, never deleted) → `flock(LOCK_EX)`
-//! → load → validate → mutate → prune → atomic write → unlock. Plain reads take
+//! Every operation runs one critical section: process mutex → `mkdir -p` → open
+//! `.detached-approvals.lock` (mode 0600, never deleted) → `flock(LOCK_EX)` →
+//! load → validate → mutate → prune → atomic write → unlock. Plain reads take
 //! the same lock and skip the write. Because the lock is BSD `flock` on the same
 //! lock file the Python plugin uses, a 0.14.x–0.16.x plugin process and this
-//! crate can share one `CANON_HOME` (§3.5, §4).
+//! crate can share one `CANON_HOME` (approvals.md §3.5, §4).
 //!
 //! Invariants:
 //!
 //! * A write is temp file (`.detached-approvals.json.<pid>.<32 hex>.tmp`, created
 //!   with `create_new`, mode 0600) → write → `fsync` → rename → `fsync(dir)`
-//!   (§5). A reader therefore sees the old or the new document, never a mix, and
-//!   an operation that returned `Ok` survives a crash or power loss.
+//!   (approvals.md §5). A reader therefore sees the old or the new document, never
+//!   a mix, and an operation that returned `Ok` survives a crash or power loss.
 //! * A file that cannot be read, is not JSON, or fails validation is never
 //!   written, repaired or moved: the operation fails with a typed error and the
-//!   bytes stay as they were (§6). A dangling symlink or any non-regular file in
-//!   place of the registry counts as unreadable (stricter than 0.14.1, which
-//!   treats a dangling symlink as a missing file).
+//!   bytes stay as they were (approvals.md §6). A dangling symlink or any
+//!   non-regular file in place of the registry counts as unreadable (stricter
+//!   than 0.14.1, which treats a dangling symlink as a missing file).
 //! * Temp files left by a crashed writer are deleted by the next mutation:
 //!   writers only create temp files while holding the lock, so any temp file seen
 //!   under the lock is stale. Nothing else in the directory is touched.
 //! * The critical section is never re-entered and includes `fsync`s: call it from
 //!   a blocking thread, not an async executor.
-//! * Lock waits are bounded (30 s by default, Q6); a failed or timed-out lock is
-//!   an error, never a silent skip.
+//! * Lock waits are bounded (30 s by default, approvals.md Q6); a failed or
+//!   timed-out lock is an error, never a silent skip.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -153,7 +153,7 @@ pub enum Lookup {
     Live(Entry),
 }
 
-/// What one startup-reconcile iteration works on, read under one lock (§14.1).
+/// What one startup-reconcile iteration works on, read under one lock (approvals.md §14.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconcilePass {
     /// `creating`, `pending` and `consuming` ids: run `consume(wake_required=true)`.
@@ -492,8 +492,8 @@ impl Store {
         })
     }
 
-    /// `fail_creation` after a definitive rejection or an unavailable client (§9.3).
-    /// Returns the current entry, changed only if the claim still matched.
+    /// `fail_creation` after a definitive rejection or an unavailable client
+    /// (approvals.md §9.3). Returns the current entry, changed only if the claim still matched.
     pub fn create_fail(
         &self,
         approval_id: &str,
@@ -509,8 +509,8 @@ impl Store {
         })
     }
 
-    /// `mark_receipt_pending` for an `approval_reply` receipt (§12 step 2). `None`:
-    /// the id is not ours (nothing is written).
+    /// `mark_receipt_pending` for an `approval_reply` receipt
+    /// (approvals.md §12 step 2). `None`: the id is not ours (nothing is written).
     pub fn receipt(&self, approval_id: &str, now_ms: u64) -> Result<Option<Entry>, RegistryError> {
         self.mutate(now_ms, |registry| {
             let entry = registry.mark_receipt_pending(approval_id, now_ms);
@@ -519,8 +519,8 @@ impl Store {
         })
     }
 
-    /// Read-only lookup for `check_approval` (§11): decides, before any client is
-    /// built, whether Canon must be asked at all.
+    /// Read-only lookup for `check_approval` (approvals.md §11): decides, before
+    /// any client is built, whether Canon must be asked at all.
     pub fn check(
         &self,
         approval_id: &str,
@@ -538,7 +538,7 @@ impl Store {
         })
     }
 
-    /// The consume claim (§10.1). A cross-conversation rejection writes nothing.
+    /// The consume claim (approvals.md §10.1). A cross-conversation rejection writes nothing.
     pub fn consume_begin(
         &self,
         approval_id: &str,
@@ -559,7 +559,7 @@ impl Store {
         })
     }
 
-    /// Records the server's consume answer for a held lease (§10.3).
+    /// Records the server's consume answer for a held lease (approvals.md §10.3).
     pub fn consume_finish(
         &self,
         lease: &ConsumeLease,
@@ -575,7 +575,7 @@ impl Store {
         })
     }
 
-    /// `claim_wake` (§13 step 1): `None` when there is nothing to deliver.
+    /// `claim_wake` (approvals.md §13 step 1): `None` when there is nothing to deliver.
     pub fn wake_claim(
         &self,
         approval_id: &str,
@@ -590,7 +590,7 @@ impl Store {
         })
     }
 
-    /// `finish_wake` (§8.2, §13 step 5); `false` when the lease was lost.
+    /// `finish_wake` (approvals.md §8.2, §13 step 5); `false` when the lease was lost.
     pub fn wake_finish(
         &self,
         job: &WakeJob,
@@ -616,19 +616,19 @@ impl Store {
         self.read(Registry::clone)
     }
 
-    /// Resolved entries with an undelivered wake (§14.1 b).
+    /// Resolved entries with an undelivered wake (approvals.md §14.1 b).
     pub fn pending_wakes(&self) -> Result<Vec<String>, RegistryError> {
         self.read(Registry::pending_wakes)
     }
 
-    /// Entries the periodic scan hands to receipt recovery (§14.3).
+    /// Entries the periodic scan hands to receipt recovery (approvals.md §14.3).
     pub fn recovery_candidates(&self, now_ms: u64) -> Result<Vec<String>, RegistryError> {
         self.read(|registry| registry.recovery_candidates(now_ms))
     }
 
-    /// One read for a startup-reconcile iteration (§14.1): the ids to consume
-    /// (step a), the wakes to deliver (step b), the next lease delay (step e) and
-    /// the registry itself, for [`crate::state::ReconcileTracker`] (steps 1, c, f).
+    /// One read for a startup-reconcile iteration (approvals.md §14.1): the ids to
+    /// consume (step a), the wakes to deliver (step b), the next lease delay (step e)
+    /// and the registry itself, for [`crate::state::ReconcileTracker`] (steps 1, c, f).
     pub fn reconcile_pass(&self, now_ms: u64) -> Result<ReconcilePass, RegistryError> {
         self.read(|registry| ReconcilePass {
             consume: registry.reconcile_targets(),
@@ -640,7 +640,7 @@ impl Store {
         })
     }
 
-    /// The reconcile loop's next delay (§14.1 e).
+    /// The reconcile loop's next delay (approvals.md §14.1 e).
     pub fn next_lease_retry_delay(&self, now_ms: u64) -> Result<Option<Duration>, RegistryError> {
         self.read(|registry| {
             registry

@@ -96,7 +96,8 @@ fn request_receipt_consume_wake_round_trip() {
         other => panic!("{other:?}"),
     }
     assert!(temp_files(dir.path()).is_empty());
-    // The written bytes use the §3.4 layout: sorted keys, 2 spaces, no newline at the end.
+    // The written bytes use the approvals.md §3.4 layout:
+    // sorted keys, 2 spaces, no newline at the end.
     let text = fs::read_to_string(store.registry_path()).expect("text");
     assert!(text.starts_with("{\n  \"hermes-"));
     assert!(!text.ends_with('\n'));

@@ -7,9 +7,9 @@
 //! `TypeError` where the plugin itself crashed (also a fail-closed outcome). It was
 //! recorded once with the plugin in a scratch venv; the plugin is not needed here.
 //!
-//! Every case must match exactly, except the deliberate, documented deviations:
-//! a `blocked` wake status is accepted (Q5), and `conversationId` and claim ids
-//! must be strings (the spec's field types; 0.14.1 accepts any truthy value).
+//! Every case must match exactly, except the deliberate, documented deviations: a
+//! `blocked` wake status is accepted (approvals.md Q5), and `conversationId` and claim
+//! ids must be strings (the spec's field types; 0.14.1 accepts any truthy value).
 
 use serde_json::Value;
 

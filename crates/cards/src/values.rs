@@ -11,8 +11,8 @@
 //! that is an object, or a `null` choice), this function fails closed with
 //! [`MALFORMED_ACTION_FIELDS`].
 //!
-//! The message templates below are the §17.1 table's; `fixtures/card-values/cases.jsonl`, produced
-//! by running the real package, pins every one of them.
+//! The message templates below are the cards.md §17.1 table's; `fixtures/card-values/cases.jsonl`,
+//! produced by running the real package, pins every one of them.
 //!
 //! Invariant: never panics, whatever the input; nothing recurses on the input's depth.
 

@@ -10,7 +10,7 @@
 //!
 //! Randomness (turn ids, standalone tokens) is a parameter: callers pass a
 //! random `u128`. Which ordinal an operation uses is decided by the durable
-//! ledger in `canon-adapter` (§4.4), not here.
+//! ledger in `canon-adapter` (turns.md §4.4), not here.
 
 use std::fmt::Write as _;
 use std::num::NonZeroU64;
@@ -71,8 +71,8 @@ impl Ordinal {
             })
     }
 
-    /// The ordinal after the last settled one (`settled + 1`, §4.4);
-    /// saturates at `u64::MAX`.
+    /// The ordinal after the last settled one (`settled + 1`,
+    /// turns.md §4.4); saturates at `u64::MAX`.
     pub fn after_settled(settled: u64) -> Ordinal {
         Ordinal(NonZeroU64::MIN.saturating_add(settled))
     }

@@ -16,10 +16,10 @@
 //!   modes: `Grapheme` (production default, never splits an extended grapheme
 //!   cluster at a hard cut) and `CodePoint` (exact parity with the 0.14.1
 //!   reference).
-//! * [`ids`]: the operation-bound base id `hermes-final-…` (§4.2), `-part-N`
-//!   ids (§4.3), standalone id groups (§4.6) and the turn-id format (§4.1).
+//! * [`ids`]: the operation-bound base id `hermes-final-…` (turns.md §4.2), `-part-N`
+//!   ids (turns.md §4.3), standalone id groups (§4.6) and the turn-id format (§4.1).
 //! * [`metadata`]: wire vocabulary, the `messageChunk` descriptor, leading-part
-//!   metadata (§3.6) and the chunked-final speech-block strip (§3.7).
+//!   metadata (turns.md §3.6) and the chunked-final speech-block strip (§3.7).
 //! * [`plan`]: [`plan::plan_answer`] puts the pieces together into the exact
 //!   list of messages for one durable operation.
 //!

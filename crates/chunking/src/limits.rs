@@ -8,8 +8,8 @@
 /// `messageTextBytes`). The splitter never uses a larger budget.
 pub const CANON_MESSAGE_TEXT_MAX_BYTES: usize = 4_096;
 
-/// Working budget for one part of a split answer, in bytes (turns.md §1 and
-/// §3.1; the reference's `CHUNKED_TEXT_MAX_BYTES`). The default `max_bytes`.
+/// Working budget for one part of a split answer, in bytes (turns.md §1 and §3.1;
+/// the reference's `CHUNKED_TEXT_MAX_BYTES`). The default `max_bytes`.
 pub const CHUNKED_TEXT_MAX_BYTES: usize = 3_800;
 
 /// Smallest accepted `max_bytes`: one code point may need 4 bytes
@@ -45,8 +45,8 @@ pub const MESSAGE_ID_MAX_BYTES: usize = 256;
 /// u16 (turns.md §1 and §5.6, contracts `messageMetadataJsonChars`).
 pub const METADATA_MAX_U16: usize = 4_096;
 
-/// Length, in cp, of a trail text block compacted by the adapter (turns.md
-/// §3.7 step 4 and §5.5): the chunked-final strip recognises this form.
+/// Length, in cp, of a trail text block compacted by the adapter
+/// (turns.md §3.7 step 4 and §5.5): the chunked-final strip recognises this form.
 pub const COMPACT_TRAIL_TEXT_CHARS: usize = 280;
 
 #[cfg(test)]

@@ -167,8 +167,8 @@ pub fn leading_part_metadata(
     metadata
 }
 
-/// Removes the speech block that a chunked final would repeat (turns.md
-/// §3.7). `answer` is the **whole** answer text, not the last part.
+/// Removes the speech block that a chunked final would repeat
+/// (turns.md §3.7). `answer` is the **whole** answer text, not the last part.
 ///
 /// Only the last trail block with `kind == "text"` is examined. It is removed
 /// when its `text` equals `answer`, or when it is the 280-cp compacted form
@@ -213,7 +213,7 @@ fn is_compacted_prefix_of(text: &str, answer: &str) -> bool {
 
 /// Length of the compact JSON serialization of `metadata` in UTF-16 code
 /// units: the unit of the server's 4,096 metadata guard (turns.md §5.6,
-/// OQ-10). Returns `usize::MAX` if the map cannot be serialized.
+/// turns.md OQ-10). Returns `usize::MAX` if the map cannot be serialized.
 pub fn json_u16_len(metadata: &Map<String, Value>) -> usize {
     serde_json::to_string(metadata).map_or(usize::MAX, |json| json.encode_utf16().count())
 }

@@ -1,5 +1,5 @@
-//! The exact list of messages for one durable answer operation (turns.md
-//! §3.6–§3.8, §4.3, §4.6; canon-wire.md §6.2).
+//! The exact list of messages for one durable answer operation
+//! (turns.md §3.6–§3.8, §4.3, §4.6; canon-wire.md §6.2).
 //!
 //! [`plan_answer`] splits the answer and gives every part its text, client
 //! message id and metadata:
@@ -11,9 +11,9 @@
 //!   `turn_complete` final part carrying the trail; every part has the id
 //!   `<base>-part-<i>` and the descriptor's `groupId` is the bare base id.
 //!
-//! The plan is pure data. The adapter's ledger (§4.4) stores it (as
-//! serialized request bodies) and sends it; options are the adapter's too:
-//! see [`PartRole`] for which options each part carries.
+//! The plan is pure data. The adapter's ledger (turns.md §4.4) stores it
+//! (as serialized request bodies) and sends it; options are the adapter's
+//! too: see [`PartRole`] for which options each part carries.
 //!
 //! Invariants: the plan has at least one part; exactly the last part has the
 //! [`PartRole::Final`] role and `turnSemantics: "turn_complete"`; the number
@@ -34,24 +34,25 @@ use crate::split::{split_parts, Boundary, SplitError};
 /// fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnswerSpec<'a> {
-    /// The whole answer text (for a turn: the staged durable text, §7.4).
+    /// The whole answer text (for a turn: the staged durable text, turns.md §7.4).
     pub text: &'a str,
-    /// Part budget in bytes; clamped to 4,096, refused below 4 (§3.1).
+    /// Part budget in bytes; clamped to 4,096, refused below 4 (turns.md §3.1).
     pub max_bytes: usize,
-    /// Hard-cut mode (§3.4).
+    /// Hard-cut mode (turns.md §3.4).
     pub boundary: Boundary,
-    /// The operation's base id (§4.2), or `None` for a send without an id.
-    /// An empty string counts as `None`.
+    /// The operation's base id (turns.md §4.2), or `None` for a send
+    /// without an id. An empty string counts as `None`.
     pub base_id: Option<&'a str>,
     /// The turn id, added as `turnId` to every part's metadata; `None` for a
     /// standalone send.
     pub turn_id: Option<&'a str>,
-    /// The candidate or gateway metadata the final part starts from (§7.5
-    /// step 3). `turnSemantics`, `turnComplete` and `turnId` are set over it.
+    /// The candidate or gateway metadata the final part starts from
+    /// (turns.md §7.5 step 3). `turnSemantics`, `turnComplete` and `turnId`
+    /// are set over it.
     pub metadata: Map<String, Value>,
-    /// The bounded final trail (§5.6), already compacted and bounded by the
-    /// adapter; empty means no trail. It is attached to the final part only
-    /// if the metadata stays within 4,096 u16 (§5.6 metadata guard).
+    /// The bounded final trail (turns.md §5.6), already compacted and bounded by
+    /// the adapter; empty means no trail. It is attached to the final part only
+    /// if the metadata stays within 4,096 u16 (turns.md §5.6 metadata guard).
     pub turn_trail: Vec<Value>,
 }
 
@@ -70,8 +71,8 @@ impl<'a> AnswerSpec<'a> {
         }
     }
 
-    /// A standalone (cron or out-of-turn) send under `group` (§4.6): the
-    /// group's base id, no `turnId` and no trail.
+    /// A standalone (cron or out-of-turn) send under `group`
+    /// (turns.md §4.6): the group's base id, no `turnId` and no trail.
     pub fn standalone(text: &'a str, group: &'a StandaloneGroup) -> AnswerSpec<'a> {
         AnswerSpec {
             base_id: Some(group.base_id()),
@@ -81,7 +82,7 @@ impl<'a> AnswerSpec<'a> {
 }
 
 /// Whether a part leads or completes the answer; decides which send options
-/// it carries (§3.6 "Leading-part options").
+/// it carries (turns.md §3.6 "Leading-part options").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PartRole {
     /// Parts `1..N−1`: `progress`, no notification. They carry no content
@@ -168,13 +169,13 @@ impl<'a> AnswerPlan<'a> {
     }
 
     /// Whether a non-empty trail was left off because the final metadata
-    /// would have exceeded 4,096 u16 (§5.6 metadata guard).
+    /// would have exceeded 4,096 u16 (turns.md §5.6 metadata guard).
     pub fn trail_dropped(&self) -> bool {
         self.trail_dropped
     }
 
     /// Whether two plans would send the same texts: the ledger's test for
-    /// reusing a pending operation (§4.4 "Reserve").
+    /// reusing a pending operation (turns.md §4.4 "Reserve").
     pub fn same_texts(&self, other: &AnswerPlan<'_>) -> bool {
         self.parts.len() == other.parts.len()
             && self
@@ -185,13 +186,13 @@ impl<'a> AnswerPlan<'a> {
     }
 }
 
-/// Plans one durable answer operation (§3.6–§3.8).
+/// Plans one durable answer operation (turns.md §3.6–§3.8).
 ///
-/// Final-part metadata is built in the reference's order: the spec's
-/// metadata, `turnSemantics: "turn_complete"`, `turnComplete: true`,
-/// `turnId`, then `messageChunk` when split, then `turnTrail` (subject to
-/// the 4,096-u16 guard), then the chunked-final strip of §3.7 when split.
-/// Leading parts derive their metadata from the final part's (§3.6).
+/// Final-part metadata is built in the reference's order: the spec's metadata,
+/// `turnSemantics: "turn_complete"`, `turnComplete: true`, `turnId`, then
+/// `messageChunk` when split, then `turnTrail` (subject to the 4,096-u16
+/// guard), then the chunked-final strip of turns.md §3.7 when split. Leading
+/// parts derive their metadata from the final part's (turns.md §3.6).
 ///
 /// Fails only when `max_bytes < 4`.
 pub fn plan_answer(spec: AnswerSpec<'_>) -> Result<AnswerPlan<'_>, SplitError> {
@@ -248,7 +249,7 @@ pub fn plan_answer(spec: AnswerSpec<'_>) -> Result<AnswerPlan<'_>, SplitError> {
 }
 
 /// Adds `turnTrail` unless the metadata would then exceed 4,096 u16
-/// (§5.6 metadata guard). Returns whether the trail was attached.
+/// (turns.md §5.6 metadata guard). Returns whether the trail was attached.
 fn attach_trail(metadata: &mut Map<String, Value>, trail: Vec<Value>) -> bool {
     let mut candidate = metadata.clone();
     candidate.insert(KEY_TURN_TRAIL.to_owned(), Value::Array(trail));

@@ -17,8 +17,8 @@
 //!   not capped.
 //!
 //! [`Boundary::Grapheme`] additionally moves a hard cut back to an extended
-//! grapheme cluster boundary (OQ-1); [`Boundary::CodePoint`] reproduces the
-//! 0.14.1 reference exactly and is what parity fixtures use.
+//! grapheme cluster boundary (turns.md OQ-1); [`Boundary::CodePoint`]
+//! reproduces the 0.14.1 reference exactly and is what parity fixtures use.
 
 use std::iter::FusedIterator;
 
@@ -38,7 +38,7 @@ pub const fn utf8_len(text: &str) -> usize {
 }
 
 /// Where a hard cut (no separator in the window) may fall (turns.md §3.4,
-/// OQ-1). Separator cuts are identical in both modes.
+/// turns.md OQ-1). Separator cuts are identical in both modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Boundary {
     /// A hard cut moves back to the last extended grapheme cluster boundary

@@ -32,8 +32,9 @@ fn parent_pid() -> Option<u32> {
 
 /// An interval in milliseconds from the test hook `name`; unset or unreadable keeps `default`.
 /// `CANON_HERMES_SIGNAL_POLL_MS` shortens the 15 s runtime signal poll (canon-wire.md §4.9),
-/// `CANON_HERMES_STATUS_INTERVAL_MS` the 30 s runtime status loop (§8.1),
-/// `CANON_HERMES_HITL_POLL_MS` the 1 s poll of blocking clarifies and approvals (§9.1).
+/// `CANON_HERMES_STATUS_INTERVAL_MS` the 30 s runtime status loop (canon-wire.md §8.1),
+/// `CANON_HERMES_HITL_POLL_MS` the 1 s poll of blocking clarifies and approvals
+/// (canon-wire.md §9.1).
 fn interval_ms(name: &str, default: Duration) -> Duration {
     env(name)
         .and_then(|v| v.trim().parse::<u64>().ok())

@@ -1,6 +1,6 @@
 //! Criterion benchmarks for canon-dispatch: wake-gate decisions per second
 //! over the mix of cases in `fixtures/dispatch/gate-cases.jsonl`, the
-//! authoritative-verdict path, and the full §9.1 pipeline.
+//! authoritative-verdict path, and the full turns.md §9.1 pipeline.
 
 // `criterion_group!` generates a public function that cannot carry a doc.
 #![allow(missing_docs)]

@@ -2,9 +2,9 @@
 //! payload wake an agent turn?
 //!
 //! The stream service's `turnDispatch` verdict is authoritative when present
-//! (rows G1 and G2): only the exact kind `run_turn` wakes, every other
-//! non-empty kind suppresses (OQ-11). Without a verdict (rows G3 and G4) the
-//! contracts rule [`should_trigger_agent_turn`] decides.
+//! (turns.md §9.2 rows G1 and G2): only the exact kind `run_turn` wakes, every other
+//! non-empty kind suppresses (turns.md OQ-11). Without a verdict (turns.md §9.2 rows G3
+//! and G4) the contracts rule [`should_trigger_agent_turn`] decides.
 //!
 //! Invariant: [`decide_wake`] is total over arbitrary JSON and never panics.
 
@@ -30,12 +30,12 @@ pub fn turn_dispatch_kind(payload: &Value) -> Option<&str> {
 /// What a [`WakeDecision`] was based on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WakeBasis {
-    /// The authoritative `turnDispatch` verdict with this kind (G1, G2).
+    /// The authoritative `turnDispatch` verdict with this kind (turns.md §9.2 rows G1, G2).
     Verdict {
         /// The verdict kind, exactly as received.
         kind: String,
     },
-    /// No verdict; the contracts rule decided (G3, G4).
+    /// No verdict; the contracts rule decided (turns.md §9.2 rows G3, G4).
     Fallback(Decision),
 }
 
@@ -43,7 +43,7 @@ pub enum WakeBasis {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WakeDecision {
     /// Whether the message wakes a turn. When false the caller buffers the
-    /// message text (§9.3).
+    /// message text (turns.md §9.3).
     pub wake: bool,
     /// Why.
     pub basis: WakeBasis,

@@ -1,11 +1,11 @@
 //! Delivery-intent parsing (`turns.md` §10.1).
 //!
 //! The intent is `message.metadata.deliveryIntent`, trimmed and lowercased
-//! (0.14.1's lenient reading, OQ-13; the contracts' `normalizeTurnMetadata`
-//! requires an exact match instead). Anything unrecognized, and a missing
-//! value, is the protocol default [`DeliveryIntent::Queue`]. The intent only
-//! matters when the session already runs a turn; routing it is the shim's
-//! job (§10.2).
+//! (0.14.1's lenient reading, turns.md OQ-13; the contracts'
+//! `normalizeTurnMetadata` requires an exact match instead). Anything
+//! unrecognized, and a missing value, is the protocol default
+//! [`DeliveryIntent::Queue`]. The intent only matters when the session
+//! already runs a turn; routing it is the shim's job (turns.md §10.2).
 //!
 //! Invariant: total over arbitrary JSON; leniency can only turn `queue` into
 //! the value the sender evidently meant.
@@ -33,9 +33,9 @@ pub fn delivery_intent(message: &Value) -> DeliveryIntent {
     parse_delivery_intent(raw).unwrap_or(DeliveryIntent::Queue)
 }
 
-/// §9.1 step 10: an `interleave` whose trusted media was hidden from the
-/// model becomes `queue`, because a steer would strand the bytes outside the
-/// running turn. Every other intent is unchanged.
+/// turns.md §9.1 step 10: an `interleave` whose trusted media was hidden
+/// from the model becomes `queue`, because a steer would strand the bytes
+/// outside the running turn. Every other intent is unchanged.
 pub fn demote_for_hidden_media(intent: DeliveryIntent, media_hidden: bool) -> DeliveryIntent {
     if media_hidden && intent == DeliveryIntent::Interleave {
         DeliveryIntent::Queue

@@ -12,18 +12,18 @@
 //!   [`protocol::resolve_turn_message_semantics`],
 //!   [`protocol::should_promote_conversation_message`] and the runtime turn
 //!   state staleness helpers.
-//! * [`gate`]: the wake gate of §9.2, where the stream service's
+//! * [`gate`]: the wake gate of turns.md §9.2, where the stream service's
 //!   `turnDispatch` verdict is authoritative and the contracts rule is the
 //!   fallback.
-//! * [`buffer`]: the held `channel_context` buffer of §9.3 and the inert
-//!   rendering of sender labels.
-//! * [`prompt`]: the per-event channel prompt of §9.4 and the inbound text
-//!   derivation used by step 8 of §9.1.
-//! * [`pipeline`]: the ordered inbound pipeline of §9.1 as a small state
-//!   machine, [`pipeline::Dispatcher`].
-//! * [`intent`]: delivery-intent parsing (§10.1).
-//! * [`verbosity`]: turn verbosity configuration and resolution (§6).
-//! * [`trail`]: block compaction and the bounded final trail (§5.5–5.6).
+//! * [`buffer`]: the held `channel_context` buffer of turns.md §9.3 and
+//!   the inert rendering of sender labels.
+//! * [`prompt`]: the per-event channel prompt of turns.md §9.4 and the
+//!   inbound text derivation used by step 8 of turns.md §9.1.
+//! * [`pipeline`]: the ordered inbound pipeline of turns.md §9.1 as a
+//!   small state machine, [`pipeline::Dispatcher`].
+//! * [`intent`]: delivery-intent parsing (turns.md §10.1).
+//! * [`verbosity`]: turn verbosity configuration and resolution (turns.md §6).
+//! * [`trail`]: block compaction and the bounded final trail (turns.md §5.5–5.6).
 //!
 //! # Invariants
 //!
@@ -41,12 +41,12 @@
 //! # Dependencies
 //!
 //! `serde_json` and `thiserror` only. This crate must not depend on tokio,
-//! hyper or any crate that performs I/O (style guide §6.2).
+//! hyper or any crate that performs I/O (style.md §6.2).
 //!
 //! # Specification
 //!
 //! `turns.md` §1, §5.5–5.6, §6, §9 and §10.1, with the recommended decisions
-//! of its "Open questions" section (OQ-8, OQ-11, OQ-13, OQ-17).
+//! of its "Open questions" section (turns.md OQ-8, OQ-11, OQ-13, OQ-17).
 //!
 //! # Example
 //!

@@ -1,5 +1,5 @@
-//! The inbound pipeline for an SSE `message.created` payload (`turns.md`
-//! §9.1), as a small sans-I/O state machine.
+//! The inbound pipeline for an SSE `message.created` payload
+//! (`turns.md` §9.1), as a small sans-I/O state machine.
 //!
 //! [`Dispatcher::handle_message_created`] runs the steps in their normative
 //! order and returns one [`Outcome`]:
@@ -12,9 +12,9 @@
 //! | 4 | not a control type ([`HIDDEN_RUNTIME_CARD_TYPES`]) | [`Ignored::ControlMessage`] |
 //! | 5 | `message.id` not among the last 1,024 ids (then recorded) | [`Ignored::Duplicate`] |
 //! | 6 | `payload.conversationId` present | [`Ignored::MissingConversationId`] |
-//! | 7 | record the declared conversation type (§6.2) | |
+//! | 7 | record the declared conversation type (turns.md §6.2) | |
 //! | 8 | non-empty inbound text | [`Ignored::EmptyText`] |
-//! | 9 | the wake gate (§9.2) says yes, else the text is held (§9.3) | [`Outcome::Suppressed`] |
+//! | 9 | the wake gate (turns.md §9.2) says yes, else the text is held (§9.3) | [`Outcome::Suppressed`] |
 //! | 10–11 | delivery intent, event fields, drained `channel_context`, reply authority | [`Outcome::Wake`] |
 //!
 //! What stays with the caller (it needs I/O or state this crate does not
@@ -75,7 +75,7 @@ pub enum Outcome {
     /// Dropped; nothing to do.
     Ignored(Ignored),
     /// Step 3: an `approval_reply` receipt. If `approval_id` is in the local
-    /// detached registry the caller consumes it (approvals spec §12);
+    /// detached registry the caller consumes it (approvals.md §12);
     /// otherwise it is a dropped control message. Never a turn.
     ApprovalReceipt {
         /// `metadata.approvalId`.
@@ -105,7 +105,7 @@ impl Outcome {
     }
 }
 
-/// The Hermes event source (§9.1 step 11).
+/// The Hermes event source (turns.md §9.1 step 11).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventSource {
     /// The conversation id.
@@ -127,17 +127,17 @@ pub struct EventSource {
 pub struct WakeEvent {
     /// `payload.conversationId`.
     pub conversation_id: String,
-    /// The inbound text (§9.1 step 8), before any media markers.
+    /// The inbound text (turns.md §9.1 step 8), before any media markers.
     pub text: String,
     /// The Hermes event source.
     pub source: EventSource,
     /// `message.replyTo`, when it is a string.
     pub reply_to_message_id: Option<String>,
-    /// The channel prompt (§9.4).
+    /// The channel prompt (turns.md §9.4).
     pub channel_prompt: Option<String>,
-    /// The delivery intent (§10.1), before the media demotion of step 10.
+    /// The delivery intent (turns.md §10.1), before the media demotion of step 10.
     pub delivery_intent: DeliveryIntent,
-    /// The drained held buffer (§9.3), if the conversation held anything.
+    /// The drained held buffer (turns.md §9.3), if the conversation held anything.
     pub channel_context: Option<String>,
     /// The gate's decision.
     pub decision: WakeDecision,
@@ -171,7 +171,7 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// Runs §9.1 over one `message.created` payload.
+    /// Runs turns.md §9.1 over one `message.created` payload.
     pub fn handle_message_created(&mut self, payload: &Value, ctx: Context<'_>) -> Outcome {
         // Step 1.
         let Some(message) = payload.get("message").filter(|m| m.is_object()) else {
@@ -262,8 +262,8 @@ impl Dispatcher {
         Outcome::Wake(Box::new(event))
     }
 
-    /// The conversation type for verbosity (§6.2): the type a payload
-    /// declared, else the cached conversation's type, else unknown.
+    /// The conversation type for verbosity (turns.md §6.2): the type a
+    /// payload declared, else the cached conversation's type, else unknown.
     pub fn conversation_type(
         &self,
         conversation_id: &str,

@@ -1,7 +1,7 @@
 //! Pure text pieces of the inbound path: the per-event channel prompt
 //! (`turns.md` §9.4), the text a message contributes to a turn
-//! (`inbound_text`, §9.1 step 8 and `canon-wire.md` §5.4.2 step 7), and the
-//! chat name and type handed to Hermes (§9.1 step 11).
+//! (`inbound_text`, turns.md §9.1 step 8 and `canon-wire.md` §5.4.2 step 7),
+//! and the chat name and type handed to Hermes (turns.md §9.1 step 11).
 //!
 //! Invariants: every function is total over arbitrary JSON; the prompt never
 //! contains raw turn-context JSON, transport ids or protocol mechanics, only
@@ -22,7 +22,7 @@ pub fn is_group_conversation(conversation: Option<&Value>) -> bool {
     conversation.and_then(|c| str_field(c, "type")) == Some("group")
 }
 
-/// The chat type handed to Hermes: `"group"` or `"dm"` (§9.1 step 11, §11).
+/// The chat type handed to Hermes: `"group"` or `"dm"` (turns.md §9.1 step 11, §11).
 pub fn hermes_chat_type(conversation: Option<&Value>) -> &'static str {
     if is_group_conversation(conversation) {
         "group"

@@ -1,5 +1,5 @@
-//! Activity-trail blocks (`turns.md` §5.1), their compaction (§5.5) and the
-//! bounded final trail `metadata.turnTrail` (§5.6), plus the metadata guard.
+//! Activity-trail blocks (`turns.md` §5.1), their compaction (§5.5) and the bounded
+//! final trail `metadata.turnTrail` (turns.md §5.6), plus the metadata guard.
 //!
 //! Invariants of [`build_bounded_turn_trail`]:
 //!
@@ -145,7 +145,7 @@ impl fmt::Display for BlockStatus {
 /// is treated like an absent one when serialized.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrailBlock {
-    /// Block id (§5.2).
+    /// Block id (turns.md §5.2).
     pub id: String,
     /// Owning turn id.
     pub turn_id: String,
@@ -186,8 +186,8 @@ impl TrailBlock {
     }
 }
 
-/// `trim(v, n)` of §5.3: empty gives `None`, longer than `n` code points is
-/// cut to `n - 3` plus `...`.
+/// `trim(v, n)` of turns.md §5.3: empty gives `None`, longer than `n` code
+/// points is cut to `n - 3` plus `...`.
 fn trim_field(value: Option<&str>, max: usize) -> Option<String> {
     value
         .filter(|v| !v.is_empty())

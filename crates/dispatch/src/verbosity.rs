@@ -7,8 +7,8 @@
 //! default (`direct` and `unknown` are verbose, `group` is quiet), so an
 //! unknown conversation fails open to noise, never to silence.
 //!
-//! Per OQ-8 the adapter resolves once per turn, at turn open, and keeps the
-//! result for the whole turn.
+//! Per turns.md OQ-8 the adapter resolves once per turn, at turn open, and
+//! keeps the result for the whole turn.
 
 use std::fmt;
 
@@ -105,8 +105,8 @@ pub fn parse_turn_verbosity_config(raw: Option<&str>) -> Result<VerbosityConfig,
     }
 }
 
-/// The configured value from its sources, first non-empty wins (turns.md
-/// §6.1): the environment variable, then the platform extras
+/// The configured value from its sources, first non-empty wins
+/// (turns.md §6.1): the environment variable, then the platform extras
 /// `turn_verbosity`, `canon_turn_verbosity` and `CANON_TURN_VERBOSITY`.
 ///
 /// "Non-empty" is judged before trimming, so a whitespace-only environment
@@ -177,9 +177,9 @@ pub fn declared_conversation_type(payload: &Value) -> Option<ConversationType> {
     }
 }
 
-/// The conversation type a cached conversation object implies (turns.md
-/// §6.2 source 2): `type == "group"` is group, any other truthy `type` is
-/// direct, and no object or no truthy `type` gives `None`.
+/// The conversation type a cached conversation object implies
+/// (turns.md §6.2 source 2): `type == "group"` is group, any other truthy
+/// `type` is direct, and no object or no truthy `type` gives `None`.
 pub fn cached_conversation_type(conversation: Option<&Value>) -> Option<ConversationType> {
     let conversation = conversation.filter(|c| c.is_object())?;
     if !is_truthy(conversation.get("type")) {

@@ -46,11 +46,11 @@ pub fn reply_body(reply: HostReply) -> Value {
 
 impl From<&SendOutcome> for SendResult {
     /// The Hermes `SendResult` for a turn-machine answer (turns.md §7.3,
-    /// §7.6, §8.2; hermes-host.md §8.4): staged sends return the turn id as
-    /// `message_id`; suppressed, silenced and duplicate sends succeed with
-    /// no id and a marker in `raw_response`; a failure keeps its text and
-    /// retry flag (a timeout's text contains `timed out` and is never
-    /// retryable, so Hermes neither re-sends nor falls back).
+    /// turns.md §7.6, §8.2; hermes-host.md §8.4): staged sends return the
+    /// turn id as `message_id`; suppressed, silenced and duplicate sends
+    /// succeed with no id and a marker in `raw_response`; a failure keeps
+    /// its text and retry flag (a timeout's text contains `timed out` and
+    /// is never retryable, so Hermes neither re-sends nor falls back).
     fn from(outcome: &SendOutcome) -> SendResult {
         use SendOutcome as O;
         let marker = |key: &str, turn_id: &str| {

@@ -30,7 +30,7 @@ pub const CLARIFY_TITLE: &str = "Clarification needed";
 /// The clarify answer after a Canon-side cancel (exact).
 pub const CLARIFY_CANCELLED: &str = "[user cancelled the clarification]";
 
-/// The clarify answer after a timeout, whatever the timeout (exact, Q8).
+/// The clarify answer after a timeout, whatever the timeout (exact, runtime-control.md Q8).
 pub const CLARIFY_TIMED_OUT: &str = "[user did not respond within 5m]";
 
 /// `SendResult.error` when the adapter is not connected (exact).
@@ -179,7 +179,7 @@ pub struct ClarifyAsk<'a> {
     pub question: &'a str,
     /// The choices as Hermes passed them.
     pub choices: &'a [Value],
-    /// The responder (§6.1), `None` for the owner.
+    /// The responder (runtime-control.md §6.1), `None` for the owner.
     pub responder: Option<String>,
     /// The Hermes session key.
     pub session_key: &'a str,
@@ -215,7 +215,7 @@ pub struct ApprovalAsk<'a> {
     pub command: &'a str,
     /// Hermes' description (`None` → [`DEFAULT_DESCRIPTION`]).
     pub description: Option<&'a str>,
-    /// The turn's responder (§6.1) before the `sudo` rule.
+    /// The turn's responder (runtime-control.md §6.1) before the `sudo` rule.
     pub responder: Option<String>,
     /// The agent's owner (`GET /agents/me` `ownerId`).
     pub owner_id: Option<&'a str>,
@@ -302,10 +302,10 @@ fn answer_strings(item: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The text a submitted clarify resolves Hermes with (runtime-control.md
-/// §6.4): a non-blank `value`; else the structured `answers` (one question
-/// → `a, b`; several → one `id: a, b` line each); else `value` as it is;
-/// else `choice.value` ∨ `choice.label`; else empty.
+/// The text a submitted clarify resolves Hermes with
+/// (runtime-control.md §6.4): a non-blank `value`; else the structured
+/// `answers` (one question → `a, b`; several → one `id: a, b` line each);
+/// else `value` as it is; else `choice.value` ∨ `choice.label`; else empty.
 pub fn answer_text(result: &Map<String, Value>) -> String {
     if let Some(v) = result
         .get("value")

@@ -1,24 +1,25 @@
 //! Inbound media: the pure rules of runtime-control.md §8.1–§8.3, §8.5 and
-//! §8.6 (canon-wire.md §5.4.2 step 9–10, §7.3).
+//! runtime-control.md §8.6 (canon-wire.md §5.4.2 step 9–10, §7.3).
 //!
 //! * [`MediaSettings`]: `CANON_INBOUND_IMAGE_DELIVERY` and
 //!   `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (or the platform extras), and the
-//!   [`TrustedScope`] they select (§8.1).
-//! * Classification of one attachment (§8.3): MIME resolution
-//!   ([`resolve_mime`]), the "declares image/PDF" tests, byte signatures,
-//!   [`is_image`], [`is_visual_media`], [`requires_trusted_failure`] and
-//!   [`Classified`], which says whether an attachment is hidden and how it is
-//!   listed for Hermes.
-//! * File names: [`sanitize_file_name`] and [`derive_file_name`] (§8.4's
-//!   naming rule) and [`disk_file_name`] for the daemon's hand-off file.
+//!   [`TrustedScope`] they select (runtime-control.md §8.1).
+//! * Classification of one attachment (runtime-control.md §8.3): MIME
+//!   resolution ([`resolve_mime`]), the "declares image/PDF" tests, byte
+//!   signatures, [`is_image`], [`is_visual_media`],
+//!   [`requires_trusted_failure`] and [`Classified`], which says whether an
+//!   attachment is hidden and how it is listed for Hermes.
+//! * File names: [`sanitize_file_name`] and [`derive_file_name`]
+//!   (runtime-control.md §8.4's naming rule) and [`disk_file_name`] for
+//!   the daemon's hand-off file.
 //! * The model-facing text markers ([`markers`], [`text_with_markers`],
-//!   §8.5) and the Hermes `message_type` of an event with media
-//!   ([`message_type`], hermes-host.md §8.5, canon-wire.md §7.3 step 4).
+//!   runtime-control.md §8.5) and the Hermes `message_type` of an event with
+//!   media ([`message_type`], hermes-host.md §8.5, canon-wire.md §7.3 step 4).
 //!
-//! The capture registry of §8.4 is not built: nothing is ever registered, so
-//! the driver passes `registered = false` to [`available_count`], and every
-//! hidden attachment is reported to the model as withheld (see
-//! [`available_count`] for the reasoning).
+//! The capture registry of runtime-control.md §8.4 is not built: nothing is
+//! ever registered, so the driver passes `registered = false` to
+//! [`available_count`], and every hidden attachment is reported to the model
+//! as withheld (see [`available_count`] for the reasoning).
 //!
 //! Invariants: pure (no I/O, no clock, no randomness: the unique part of a
 //! disk name is a parameter); total over arbitrary JSON, bytes and names,
@@ -85,8 +86,8 @@ impl Delivery {
     }
 }
 
-/// A refused delivery setting. The messages are exact (runtime-control.md
-/// §8.1) and refuse `adapter.connect` (non-retryable).
+/// A refused delivery setting. The messages are exact
+/// (runtime-control.md §8.1) and refuse `adapter.connect` (non-retryable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum MediaConfigError {
@@ -112,8 +113,8 @@ pub enum TrustedScope {
 }
 
 impl TrustedScope {
-    /// Marker subject (singular, plural) and pipeline (§8.5); `None` without
-    /// a trusted scope.
+    /// Marker subject (singular, plural) and pipeline
+    /// (runtime-control.md §8.5); `None` without a trusted scope.
     fn marker_words(self) -> Option<(&'static str, &'static str, &'static str)> {
         match self {
             TrustedScope::None => None,
@@ -178,7 +179,7 @@ impl MediaSettings {
         })
     }
 
-    /// The trusted scope: `visual` wins over `image` (§8.1).
+    /// The trusted scope: `visual` wins over `image` (runtime-control.md §8.1).
     pub fn scope(self) -> TrustedScope {
         if self.visual_media == Delivery::TrustedOnly {
             TrustedScope::Visual
@@ -232,7 +233,7 @@ fn field<'a>(attachment: &'a Value, key: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
-/// The attachment's `url`, when it is a non-blank string (§8.3 step 1).
+/// The attachment's `url`, when it is a non-blank string (runtime-control.md §8.3 step 1).
 pub fn attachment_url(attachment: &Value) -> Option<&str> {
     field(attachment, "url").filter(|u| !py_strip(u).is_empty())
 }
@@ -264,7 +265,7 @@ pub fn extension(name: &str) -> Option<String> {
 }
 
 /// The extension the "declares" tests use: of `fileName`, else of the URL
-/// path (§8.3).
+/// path (runtime-control.md §8.3).
 fn declared_extension(attachment: &Value) -> Option<String> {
     match field(attachment, "fileName") {
         Some(name) => extension(name),
@@ -273,22 +274,22 @@ fn declared_extension(attachment: &Value) -> Option<String> {
 }
 
 /// `mimeType` starts with `image/`, or `kind` is `image`, or the extension
-/// is an image extension (§8.3 "declares image").
+/// is an image extension (runtime-control.md §8.3 "declares image").
 pub fn declares_image(attachment: &Value) -> bool {
     declared_mime(attachment).is_some_and(|m| m.starts_with("image/"))
         || field(attachment, "kind").is_some_and(|k| py_strip(k).to_lowercase() == "image")
         || declared_extension(attachment).is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.as_str()))
 }
 
-/// `mimeType` is `application/pdf`, or the extension is `.pdf` (§8.3
-/// "declares PDF").
+/// `mimeType` is `application/pdf`, or the extension is `.pdf`
+/// (runtime-control.md §8.3 "declares PDF").
 pub fn declares_pdf(attachment: &Value) -> bool {
     declared_mime(attachment).is_some_and(|m| m == "application/pdf")
         || declared_extension(attachment).is_some_and(|e| e == ".pdf")
 }
 
 /// The bytes start with a JPEG, PNG, GIF, TIFF, BMP or RIFF…WEBP signature
-/// (§8.3).
+/// (runtime-control.md §8.3).
 pub fn bytes_declare_image(bytes: &[u8]) -> bool {
     const PREFIXES: [&[u8]; 7] = [
         b"\xFF\xD8\xFF",
@@ -303,7 +304,7 @@ pub fn bytes_declare_image(bytes: &[u8]) -> bool {
         || (bytes.starts_with(b"RIFF") && bytes.get(8..12) == Some(b"WEBP".as_slice()))
 }
 
-/// `%PDF-` occurs in the first [`PDF_SCAN_BYTES`] bytes (§8.3).
+/// `%PDF-` occurs in the first [`PDF_SCAN_BYTES`] bytes (runtime-control.md §8.3).
 pub fn bytes_declare_pdf(bytes: &[u8]) -> bool {
     let head = &bytes[..bytes.len().min(PDF_SCAN_BYTES)];
     head.windows(5).any(|w| w == b"%PDF-")
@@ -381,9 +382,9 @@ pub fn extension_for_mime(mime: &str) -> Option<&'static str> {
     })
 }
 
-/// §8.3 step 3: the attachment's `mimeType`, else the response
-/// `Content-Type`, else a guess from the `fileName` extension, else from the
-/// URL's extension; all normalized.
+/// runtime-control.md §8.3 step 3: the attachment's `mimeType`, else the
+/// response `Content-Type`, else a guess from the `fileName` extension, else
+/// from the URL's extension; all normalized.
 pub fn resolve_mime(attachment: &Value, response_mime: Option<&str>) -> Option<String> {
     declared_mime(attachment)
         .or_else(|| response_mime.and_then(normalize_mime))
@@ -397,8 +398,8 @@ pub fn resolve_mime(attachment: &Value, response_mime: Option<&str>) -> Option<S
         })
 }
 
-/// §8.3 "is image": the resolved or response MIME is `image/*`, or the
-/// attachment declares an image, or the bytes carry an image signature.
+/// runtime-control.md §8.3 "is image": the resolved or response MIME is `image/*`,
+/// or the attachment declares an image, or the bytes carry an image signature.
 pub fn is_image(
     attachment: &Value,
     resolved_mime: Option<&str>,
@@ -412,8 +413,8 @@ pub fn is_image(
         || bytes_declare_image(bytes)
 }
 
-/// §8.3 "is visual media": an image, or a PDF by MIME, declaration or
-/// `%PDF-` in the first 1,024 bytes.
+/// runtime-control.md §8.3 "is visual media": an image, or a PDF by
+/// MIME, declaration or `%PDF-` in the first 1,024 bytes.
 pub fn is_visual_media(
     attachment: &Value,
     resolved_mime: Option<&str>,
@@ -428,12 +429,12 @@ pub fn is_visual_media(
         || bytes_declare_pdf(bytes)
 }
 
-/// §8.3 "requires trusted failure": whether an attachment that is
-/// malformed, has no URL, or failed to download or be handed off counts as
-/// unavailable. Scope `visual`: always (even audio, video and other files,
-/// which then also count in the "visual attachment(s) … withheld" marker,
-/// \[parity\]); scope `image`: when it is an object that declares an image;
-/// no scope: never.
+/// runtime-control.md §8.3 "requires trusted failure": whether an
+/// attachment that is malformed, has no URL, or failed to download or be
+/// handed off counts as unavailable. Scope `visual`: always (even audio,
+/// video and other files, which then also count in the "visual
+/// attachment(s) … withheld" marker, \[parity\]); scope `image`: when it is
+/// an object that declares an image; no scope: never.
 pub fn requires_trusted_failure(scope: TrustedScope, attachment: &Value) -> bool {
     match scope {
         TrustedScope::None => false,
@@ -442,7 +443,7 @@ pub fn requires_trusted_failure(scope: TrustedScope, attachment: &Value) -> bool
     }
 }
 
-/// The Hermes media kind of a MIME type, by family (§8.3 step 5).
+/// The Hermes media kind of a MIME type, by family (runtime-control.md §8.3 step 5).
 pub fn kind_for_mime(mime: &str) -> MediaKind {
     if mime.starts_with("image/") {
         MediaKind::Image
@@ -458,7 +459,7 @@ pub fn kind_for_mime(mime: &str) -> MediaKind {
 /// The MIME type reported when none could be resolved.
 pub const FALLBACK_MIME: &str = "application/octet-stream";
 
-/// A downloaded attachment, classified (§8.3 steps 3–5).
+/// A downloaded attachment, classified (runtime-control.md §8.3 steps 3–5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classified {
     /// The resolved MIME type, or [`FALLBACK_MIME`].
@@ -468,7 +469,7 @@ pub struct Classified {
     pub hidden: bool,
     /// The kind it is listed under when not hidden.
     pub kind: MediaKind,
-    /// The sanitized file name (§8.4).
+    /// The sanitized file name (runtime-control.md §8.4).
     pub file_name: String,
 }
 
@@ -497,9 +498,9 @@ pub fn classify(
     }
 }
 
-/// §8.4 file-name sanitizing: `\` becomes `/`, the last segment is kept,
-/// control characters are removed, the rest is trimmed and cut to 255
-/// characters; empty, `.` or `..` become [`DEFAULT_FILE_NAME`].
+/// runtime-control.md §8.4 file-name sanitizing: `\` becomes `/`, the last
+/// segment is kept, control characters are removed, the rest is trimmed and
+/// cut to 255 characters; empty, `.` or `..` become [`DEFAULT_FILE_NAME`].
 pub fn sanitize_file_name(raw: &str) -> String {
     let slashed = raw.replace('\\', "/");
     let leaf = slashed.rsplit('/').next().unwrap_or_default();
@@ -512,9 +513,9 @@ pub fn sanitize_file_name(raw: &str) -> String {
     }
 }
 
-/// The name of an attachment (§8.4): its `fileName`, else the URL's last
-/// path segment when it contains a dot, else `canon-media` plus the MIME
-/// type's standard extension or `.bin`; then sanitized.
+/// The name of an attachment (runtime-control.md §8.4): its `fileName`, else
+/// the URL's last path segment when it contains a dot, else `canon-media`
+/// plus the MIME type's standard extension or `.bin`; then sanitized.
 pub fn derive_file_name(attachment: &Value, mime: Option<&str>) -> String {
     if let Some(name) = field(attachment, "fileName") {
         return sanitize_file_name(name);
@@ -575,26 +576,26 @@ pub fn message_type(kinds: impl IntoIterator<Item = MediaKind>) -> Option<&'stat
         .map(|(_, name)| name)
 }
 
-/// What happened to a message's attachments (§8.5's inputs).
+/// What happened to a message's attachments (runtime-control.md §8.5's inputs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MediaCounts {
     /// Hidden attachments successfully downloaded.
     pub hidden: usize,
-    /// Attachments counted unavailable (§8.3 "requires trusted failure").
+    /// Attachments counted unavailable (runtime-control.md §8.3 "requires trusted failure").
     pub unavailable: usize,
 }
 
-/// §8.5 `available`: `hidden`, unless the batch overflowed or registration
-/// returned false (then 0).
+/// runtime-control.md §8.5 `available`: `hidden`, unless the batch
+/// overflowed or registration returned false (then 0).
 ///
-/// Decision: the §8.4 capture registry is not built in this daemon, so
-/// nothing is ever registered and the driver always passes
-/// `registered = false`. With `available = 0` the formula gives
-/// `withheld = unavailable + hidden`: hidden attachments are reported to the
-/// model as *withheld* ("ask the user to resend"), never as "available to
-/// trusted Canon tools", because no trusted tool could read them. This is
-/// the honest reading of §8.5; once a registry exists, passing its result
-/// here switches hidden media to the "available" marker.
+/// Decision: the runtime-control.md §8.4 capture registry is not built in
+/// this daemon, so nothing is ever registered and the driver always passes
+/// `registered = false`. With `available = 0` the formula gives `withheld =
+/// unavailable + hidden`: hidden attachments are reported to the model as
+/// *withheld* ("ask the user to resend"), never as "available to trusted
+/// Canon tools", because no trusted tool could read them. This is the honest
+/// reading of runtime-control.md §8.5; once a registry exists, passing its
+/// result here switches hidden media to the "available" marker.
 pub fn available_count(hidden: usize, overflowed: bool, registered: bool) -> usize {
     if overflowed || !registered {
         0
@@ -603,8 +604,8 @@ pub fn available_count(hidden: usize, overflowed: bool, registered: bool) -> usi
     }
 }
 
-/// The §8.5 markers joined with `\n`, or `None` when `hidden` and
-/// `unavailable` are both 0 or no trusted scope is active.
+/// The runtime-control.md §8.5 markers joined with `\n`, or `None` when
+/// `hidden` and `unavailable` are both 0 or no trusted scope is active.
 pub fn markers(scope: TrustedScope, counts: MediaCounts, available: usize) -> Option<String> {
     if counts.hidden == 0 && counts.unavailable == 0 {
         return None;
@@ -631,10 +632,10 @@ pub fn markers(scope: TrustedScope, counts: MediaCounts, available: usize) -> Op
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
-/// §8.5: the turn text with markers. With a non-blank caption (`text`) or a
-/// `contact_card` message the markers follow the original text after a
-/// blank line; otherwise they replace the attachment-label fallback
-/// entirely, so no attachment metadata, path or URL reaches the model.
+/// runtime-control.md §8.5: the turn text with markers. With a non-blank
+/// caption (`text`) or a `contact_card` message the markers follow the original
+/// text after a blank line; otherwise they replace the attachment-label
+/// fallback entirely, so no attachment metadata, path or URL reaches the model.
 pub fn text_with_markers(original: &str, message: &Value, markers: &str) -> String {
     let caption = message
         .get("text")
@@ -648,8 +649,8 @@ pub fn text_with_markers(original: &str, message: &Value, markers: &str) -> Stri
     }
 }
 
-/// The final turn text of a woken message after materialization (§8.5):
-/// unchanged when no marker applies.
+/// The final turn text of a woken message after materialization
+/// (runtime-control.md §8.5): unchanged when no marker applies.
 pub fn final_text(
     original: &str,
     message: &Value,
@@ -665,7 +666,7 @@ pub fn final_text(
 
 /// The counts when nothing can be downloaded (no live Canon client, or the
 /// materialization failed as a whole): every attachment that requires
-/// trusted failure is unavailable (§8.3 first paragraph).
+/// trusted failure is unavailable (runtime-control.md §8.3 first paragraph).
 pub fn all_unavailable(scope: TrustedScope, attachments: &[Value]) -> MediaCounts {
     MediaCounts {
         hidden: 0,

@@ -47,24 +47,24 @@
 //! (30 s), `shutdown` (5 s).
 //!
 //! `turn.start` and `turn.accepted` both answer `{turn_id}`: the shim keeps
-//! each open turn, dequeued follow-ups included, until its `turn.complete`
-//! or the next boundary, and hands them back in `resync` after a respawn.
+//! each open turn, dequeued follow-ups included, until its `turn.complete` or
+//! the next boundary, and hands them back in `resync` after a respawn.
 //! (`turn.accepted` answered `{}` before; the id was added without a version
-//! bump, §19.5.) The shim sends `turn.accepted` at the dequeue itself; Hermes
-//! dequeues before the previous answer's final edits, so the daemon answers
-//! the new id at once and performs the boundary when the follow-up's output
-//! starts (its first send replying to it, a hook, the next dequeue or
-//! `turn.complete`). Its additive `interrupted` field says the shim
+//! bump, hermes-host.md §19.5.) The shim sends `turn.accepted` at the dequeue
+//! itself; Hermes dequeues before the previous answer's final edits, so the
+//! daemon answers the new id at once and performs the boundary when the
+//! follow-up's output starts (its first send replying to it, a hook, the next
+//! dequeue or `turn.complete`). Its additive `interrupted` field says the shim
 //! interrupted the running agent for the follow-up: the previous turn then
 //! closes as cancelled (the shim no longer sends a `turn.complete` for it).
 //!
 //! Shim → daemon notifications ([`ShimNotification`]): `typing`,
 //! `hook.pre_tool_call`, `hook.post_tool_call`, `hook.subagent_stop`,
 //! `queue.depth`, `turn.steered` (the busy dispatcher's `agent.steer` took an
-//! `interleave` message; clears the turn's `no_reply` silence, §12.3 step 5;
-//! additive). Hook notifications never block the agent thread; the shim
-//! drops them when its queue is full and truncates `args` and `result` to
-//! 16,384 code points.
+//! `interleave` message; clears the turn's `no_reply` silence,
+//! hermes-host.md §12.3 step 5; additive). Hook notifications never block the
+//! agent thread; the shim drops them when its queue is full and truncates
+//! `args` and `result` to 16,384 code points.
 //!
 //! Daemon → shim requests ([`DaemonRequest`]): `inbound.message`,
 //! `control.signal`, `approval.resolve`, `clarify.resolve`,
@@ -75,11 +75,11 @@
 //!
 //! The shim's first frame is `hello`; the daemon answers any other request
 //! before it with `handshake_required`. [`negotiate`] applies the rules of
-//! §19.5: highest common protocol (none → `unsupported_protocol`, and the
-//! daemon exits with [`EXIT_UNSUPPORTED_PROTOCOL`]); a binary version or
-//! manifest hash that differs → `stale_shim`; a host outside the audited
-//! pair, or a multiplexing gateway → `unsupported_host`. The version changes
-//! only for incompatible changes; new fields and types are additive.
+//! hermes-host.md §19.5: highest common protocol (none → `unsupported_protocol`,
+//! and the daemon exits with [`EXIT_UNSUPPORTED_PROTOCOL`]); a binary version or
+//! manifest hash that differs → `stale_shim`; a host outside the audited pair,
+//! or a multiplexing gateway → `unsupported_host`. The version changes only for
+//! incompatible changes; new fields and types are additive.
 //!
 //! # Ordering
 //!
@@ -974,7 +974,7 @@ pub struct TurnAccepted {
     pub queue_depth: u32,
     /// This adapter interrupted the running agent for this follow-up
     /// (`interrupt` or `stop` intent), so the previous turn closes as
-    /// cancelled. Additive, without a version bump (§19.5).
+    /// cancelled. Additive, without a version bump (hermes-host.md §19.5).
     #[serde(default)]
     pub interrupted: bool,
 }
@@ -1191,7 +1191,7 @@ messages! {
         /// To `turn.start`.
         "turn.start" => TurnStart(TurnStarted),
         /// To `turn.accepted`: the follow-up's new turn id (added in
-        /// protocol 1 without a version bump, §19.5).
+        /// protocol 1 without a version bump, hermes-host.md §19.5).
         "turn.accepted" => TurnAccepted(TurnStarted),
         /// To `turn.complete`.
         "turn.complete" => TurnComplete(Empty),

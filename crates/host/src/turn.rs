@@ -1,5 +1,5 @@
 //! The sans-I/O turn state machine (turns.md §7, with §4.4 ledger, §5
-//! trail, §6 verbosity, §8 `no_reply`, §10.3 dequeue boundary).
+//! trail, turns.md §6 verbosity, §8 `no_reply`, §10.3 dequeue boundary).
 //!
 //! The driver turns every host call, hook and Canon result into one closed
 //! [`Input`], calls [`TurnMachine::handle`] with the current time, performs
@@ -10,18 +10,18 @@
 //!
 //! # Model
 //!
-//! * State is keyed by Hermes **session key**; each session holds at most
-//!   one turn. A *lifecycle* turn is opened by `on_processing_start` (E1) or
-//!   a dequeue (OQ-18) and ends with exactly one closing publish. A *loose*
-//!   turn id is allocated for sends outside any lifecycle turn (§7.6).
-//! * All answer text of a lifecycle turn is staged (§7.4); the only durable
-//!   write of a lifecycle turn is the flush at processing complete (§7.5),
-//!   so a turn has at most one `turn_complete`. When processing completes
-//!   the turn leaves its session (a new turn may open at once) and finishes
-//!   closing on its own: final delivery, 750 ms handoff, clear, closing
-//!   publish, then the answer to `turn.complete`.
-//! * A dequeue (`turn.accepted`, OQ-18) is answered at once with the
-//!   follow-up's new turn id, but Hermes dequeues before the previous
+//! * State is keyed by Hermes **session key**; each session holds at most one turn.
+//!   A *lifecycle* turn is opened by `on_processing_start` (turns.md §7.3 E1) or a
+//!   dequeue (turns.md OQ-18) and ends with exactly one closing publish. A *loose*
+//!   turn id is allocated for sends outside any lifecycle turn (turns.md §7.6).
+//! * All answer text of a lifecycle turn is staged (turns.md §7.4); the
+//!   only durable write of a lifecycle turn is the flush at processing
+//!   complete (turns.md §7.5), so a turn has at most one `turn_complete`.
+//!   When processing completes the turn leaves its session (a new turn may
+//!   open at once) and finishes closing on its own: final delivery, 750 ms
+//!   handoff, clear, closing publish, then the answer to `turn.complete`.
+//! * A dequeue (`turn.accepted`, turns.md OQ-18) is answered at once with
+//!   the follow-up's new turn id, but Hermes dequeues before the previous
 //!   answer's stream consumer has sent its final edits, so the boundary
 //!   waits: until then the session's sends, edits and hooks stay with the
 //!   running turn. The boundary closes the running turn exactly as a
@@ -34,39 +34,43 @@
 //!   turn; a hook of the session; the session's next dequeue; processing
 //!   complete (whose outcome then closes the follow-up's turn); a second
 //!   processing start.
-//! * `pre_tool_call` discards the candidate (§7.4), but Hermes' stream
-//!   consumer closes the pre-tool message on its next tick, usually after
-//!   the hook. Until the next previewing `send` (a new segment always starts
-//!   with one), edits of that message revise the sealed speech block and
-//!   never re-enter the answer.
-//! * Durable operations go through the per-turn ledger (§4.4): ordinals,
-//!   deterministic ids, reuse of an unsettled plan with identical texts, and
-//!   release only when nothing can have been stored.
-//! * A durable `send` that resolves to **no turn id** (§7.6 "any other
-//!   send … without a turn id": Hermes' in-process cron delivery,
+//! * `pre_tool_call` discards the candidate (turns.md §7.4), but Hermes'
+//!   stream consumer closes the pre-tool message on its next tick, usually
+//!   after the hook. Until the next previewing `send` (a new segment always
+//!   starts with one), edits of that message revise the sealed speech block
+//!   and never re-enter the answer.
+//! * Durable operations go through the per-turn ledger (turns.md §4.4):
+//!   ordinals, deterministic ids, reuse of an unsettled plan with identical
+//!   texts, and release only when nothing can have been stored.
+//! * A durable `send` that resolves to **no turn id** (turns.md §7.6 "any
+//!   other send … without a turn id": Hermes' in-process cron delivery,
 //!   `send_message` through the live adapter, ledger redelivery) follows
-//!   §4.6 exactly like `standalone.send`. Lead decision, replacing §7.6's
-//!   "no client id, conservative retries", which cannot retry a read
-//!   timeout safely: each invocation mints a fresh adapter-owned token
+//!   turns.md §4.6 exactly like `standalone.send`. Lead decision, replacing
+//!   turns.md §7.6's "no client id, conservative retries", which cannot retry
+//!   a read timeout safely: each invocation mints a fresh adapter-owned token
 //!   `standalone:<32 hex>` from the input's `random`, so its parts get
-//!   deterministic ids, `messageChunk.groupId` and the §3.6 leading-part
-//!   metadata; the final part is `turn_complete` with no `turnId` and no
-//!   trail; the Hermes metadata (cron's `job_id`) stays. The parts go
+//!   deterministic ids, `messageChunk.groupId` and the turns.md §3.6
+//!   leading-part metadata; the final part is `turn_complete` with no `turnId`
+//!   and no trail; the Hermes metadata (cron's `job_id`) stays. The parts go
 //!   through `send_to` ([`Route::SendTo`]) with `idempotencyKey` = the part
-//!   id, so the transport retries them with the with-id policy (§4.5) and an
-//!   ambiguous failure replays the same ids: never a duplicate, never a loss.
-//!   Two invocations never share ids. Sends with a turn id (and `notify`
-//!   sends, which allocate one) keep the §4.4 ledger.
+//!   id, so the transport retries them with the with-id policy (turns.md §4.5)
+//!   and an ambiguous failure replays the same ids: never a duplicate, never a
+//!   loss. Two invocations never share ids. Sends with a turn id (and `notify`
+//!   sends, which allocate one) keep the turns.md §4.4 ledger.
 //!
 //! # Recommended decisions applied
 //!
-//! OQ-3 (`tool` after every HITL resolution), OQ-4 (tool activity published
-//! when the tool starts and when the last one finishes, coalesced to one
-//! write per 250 ms per turn), OQ-5 (republish the open state after 10 min
-//! of silence, except in `waiting_input`), OQ-8 (verbosity frozen at turn
-//! open), OQ-18 (a dequeued follow-up is its own turn), hermes-host.md Q4 (a
-//! resynced turn that completes with nothing staged closes as
-//! `interrupted`).
+//! From the open questions of turns.md and hermes-host.md:
+//!
+//! * `tool` after every HITL resolution (turns.md OQ-3);
+//! * tool activity published when the tool starts and when the last one
+//!   finishes, coalesced to one write per 250 ms per turn (turns.md OQ-4);
+//! * the open state republished after 10 min of silence, except in
+//!   `waiting_input` (turns.md OQ-5);
+//! * verbosity frozen at turn open (turns.md OQ-8);
+//! * a dequeued follow-up is its own turn (turns.md OQ-18);
+//! * a resynced turn that completes with nothing staged closes as
+//!   `interrupted` (hermes-host.md Q4).
 //!
 //! # Invariants
 //!
@@ -290,10 +294,10 @@ struct Turn {
     closing: Option<Closing>,
     /// Set by `pre_tool_call`, cleared by the next previewing `send`: until
     /// then the host's stream consumer is still closing the message it had
-    /// open before the tool (its segment-break finalize runs on the
-    /// consumer's next tick, usually after the hook; a new segment always
-    /// starts with a `send`). That late text is pre-tool speech: it revises
-    /// the sealed speech block and never re-enters the candidate (§7.4).
+    /// open before the tool (its segment-break finalize runs on the consumer's
+    /// next tick, usually after the hook; a new segment always starts with a
+    /// `send`). That late text is pre-tool speech: it revises the sealed
+    /// speech block and never re-enters the candidate (turns.md §7.4).
     closing_pre_tool_segment: bool,
     /// A follow-up dequeued inside this turn's run whose boundary waits for
     /// its first output (turns.md §10.3; see [`TurnMachine::boundary`]).
@@ -501,7 +505,7 @@ impl TurnMachine {
         op
     }
 
-    // ----- E1 and the dequeue boundary -----
+    // ----- processing start and the dequeue boundary (turns.md §7.3 E1, §10.3) -----
 
     fn on_start(&mut self, start: ProcessingStart, now: u64, out: &mut Vec<Effect>) {
         // A lifecycle turn still open in this session ends here, as its own
@@ -609,7 +613,7 @@ impl TurnMachine {
         }
     }
 
-    /// Opens a lifecycle turn with id `id` (E1 steps a–f); no reply.
+    /// Opens a lifecycle turn with id `id` (turns.md §7.3 E1 steps a–f); no reply.
     fn open(&mut self, start: ProcessingStart, id: String, now: u64, out: &mut Vec<Effect>) {
         // A loose turn of the session is replaced; its pending state goes.
         self.sessions.remove(&start.session_key);
@@ -651,7 +655,7 @@ impl TurnMachine {
         self.sessions.insert(start.session_key, turn);
     }
 
-    // ----- E12–E14 -----
+    // ----- processing complete, cancel and failure (turns.md §7.3 E12–E14) -----
 
     #[allow(clippy::too_many_arguments)]
     fn on_complete(
@@ -709,7 +713,7 @@ impl TurnMachine {
                 }
             }
             Outcome::Success if turn.silenced => {
-                // §8.3: blank, discard, clear.
+                // turns.md §8.3: blank, discard, clear.
                 out.push(Effect::Streaming(StreamingUpdate::Blank {
                     conversation_id: conversation.clone(),
                     turn_id: Some(turn.id.clone()),
@@ -767,7 +771,7 @@ impl TurnMachine {
         }
     }
 
-    // ----- E2–E4 and §7.6 -----
+    // ----- sends and edits, in a turn or with none open (turns.md §7.3 E2–E4, §7.6) -----
 
     fn on_send(&mut self, send: HostSend, now: u64, out: &mut Vec<Effect>) {
         let expect_edits = truthy(send.metadata.get("expect_edits"));
@@ -839,7 +843,7 @@ impl TurnMachine {
             out.push(reply(send.request, HostReply::Send(outcome)));
             return;
         }
-        // §7.6: no lifecycle turn.
+        // turns.md §7.6: no lifecycle turn.
         if expect_edits && !notify {
             let call = LooseCall {
                 request: send.request,
@@ -1032,7 +1036,7 @@ impl TurnMachine {
         }
     }
 
-    /// A streaming preview with no lifecycle turn (§7.6): under the
+    /// A streaming preview with no lifecycle turn (turns.md §7.6): under the
     /// session's turn id, allocated if needed; it clears the committed flag.
     fn loose_preview(&mut self, call: &LooseCall<'_>, now: u64, out: &mut Vec<Effect>) {
         let LooseCall {
@@ -1096,7 +1100,7 @@ impl TurnMachine {
         self.sessions.insert(session.to_owned(), turn);
     }
 
-    // ----- E5, E6 -----
+    // ----- tool and subagent hooks (turns.md §7.3 E5, E6) -----
 
     fn on_activity(
         &mut self,
@@ -1167,7 +1171,7 @@ impl TurnMachine {
         }
     }
 
-    // ----- E10 -----
+    // ----- no_reply (turns.md §7.3 E10, §8) -----
 
     fn on_no_reply(&mut self, request: NoReplyRequest, out: &mut Vec<Effect>) {
         let refuse = |error: String| {
@@ -1215,7 +1219,7 @@ impl TurnMachine {
         ));
     }
 
-    // ----- E15 -----
+    // ----- typing (turns.md §7.3 E15, §7.7) -----
 
     fn on_typing(
         &mut self,
@@ -1370,7 +1374,7 @@ impl TurnMachine {
     /// own media `turn_complete` ([`Turn::reserve_media`]), suppressed with
     /// success when the turn is silenced; its success consumes the turn's
     /// activity. Out of turn: a fresh standalone id group like any turn-less
-    /// send (§4.6), the media on the final part.
+    /// send (turns.md §4.6), the media on the final part.
     fn on_media(&mut self, media: HostMedia, out: &mut Vec<Effect>) {
         let op = self.allocate_op();
         let (metadata, options) = durable_fields(&media.metadata);
@@ -1403,7 +1407,7 @@ impl TurnMachine {
         self.dispatch_reservation(reservation, media.request, String::new(), None, out);
     }
 
-    // ----- §4.6 -----
+    // ----- standalone sends (turns.md §4.6) -----
 
     fn on_standalone(&mut self, send: StandaloneSend, out: &mut Vec<Effect>) {
         let Some(target) = standalone_target(&send) else {
@@ -1443,7 +1447,7 @@ impl TurnMachine {
         }
     }
 
-    // ----- §19.10 -----
+    // ----- resync after a daemon respawn (hermes-host.md §19.10) -----
 
     fn on_resync(&mut self, open_turns: Vec<ResyncTurn>) {
         for resync in open_turns {
@@ -1708,7 +1712,8 @@ impl Turn {
         self.candidate = Some(candidate);
     }
 
-    /// E2/E3 writes: verbose `/streaming` set, then `streaming`.
+    /// The writes of a staged send or edit (turns.md §7.3 E2/E3):
+    /// verbose `/streaming` set, then `streaming`.
     fn stream_and_publish(&mut self, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
         self.tool_write_pending = false;
         if self.verbosity == Verbosity::Verbose {
@@ -1752,7 +1757,7 @@ impl Turn {
         (!blocks.is_empty()).then_some(blocks)
     }
 
-    /// OQ-4: a tool started, or the last running tool finished.
+    /// Publishes tool activity (turns.md OQ-4): a tool started, or the last running tool finished.
     fn tool_activity(&mut self, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
         let due = self
             .last_tool_write_ms
@@ -1854,12 +1859,12 @@ impl Turn {
         Reservation::Send(delivery)
     }
 
-    /// Plans a media message of this open turn (turns.md §7.6 media row,
-    /// OQ-6): its own `turn_complete` with the turn id, the reply authority
-    /// and the peeked trail, under the id of the next ordinal (§4.4). The
-    /// ordinal is used up at once, past any pending operation, so the media
-    /// never waits for, replaces or collides with another operation of the
-    /// turn; the transport's with-id retry replays its exact bytes.
+    /// Plans a media message of this open turn (turns.md §7.6 media row and
+    /// turns.md OQ-6): its own `turn_complete` with the turn id, the reply
+    /// authority and the peeked trail, under the id of the next ordinal
+    /// (turns.md §4.4). The ordinal is used up at once, past any pending operation,
+    /// so the media never waits for, replaces or collides with another operation of
+    /// the turn; the transport's with-id retry replays its exact bytes.
     fn reserve_media(
         &mut self,
         op: OpId,

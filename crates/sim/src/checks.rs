@@ -104,7 +104,8 @@ pub fn validate_attachments(state: &State, value: Option<&Value>) -> Handled<Vec
                 clean.insert(key.into(), json!(s));
             }
         }
-        // Numeric fields: kept when finite and non-negative, otherwise dropped (§7.1).
+        // Numeric fields: kept when finite and non-negative,
+        // otherwise dropped (canon-wire.md §7.1).
         for key in ["sizeBytes", "width", "height", "durationMs"] {
             if let Some(v) = obj
                 .get(key)

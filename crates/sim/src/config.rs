@@ -32,7 +32,8 @@ pub enum ApprovalCapMode {
     /// Ceiling 72 h; above it 400 `EXPIRES_AT_OUT_OF_RANGE`.
     #[default]
     Strict,
-    /// Ceiling 30 min (the legacy server cap that D2 retries against); above it 400.
+    /// Ceiling 30 min (the legacy server cap that canon-wire.md §0.1 D2 retries against); above
+    /// it 400.
     Legacy,
     /// Ceiling 72 h, silently clamped and echoed.
     Clamp,
@@ -46,7 +47,7 @@ pub struct Switches {
     pub emit_suppressed: bool,
     /// Emit every message without `turnDispatch` (an older stream service).
     pub legacy_no_dispatch: bool,
-    /// Stamp `inboundDisposition:"queued"` while the agent's turn is open (§13 Q17).
+    /// Stamp `inboundDisposition:"queued"` while the agent's turn is open (canon-wire.md §13 Q17).
     pub queued_stamping: bool,
     /// Emit receipts when a test answers an interaction.
     pub receipts: bool,
@@ -68,7 +69,7 @@ pub struct Switches {
     pub reply_authority_admission_id: bool,
     /// Issue malformed reply authorities: `short_token` or `wrong_source` (null = valid).
     pub reply_authority_fault: Option<String>,
-    /// A repeat consume of an input/card replays the result instead of 404 (§13 Q19).
+    /// A repeat consume of an input/card replays the result instead of 404 (canon-wire.md §13 Q19).
     pub consume_replay: bool,
     /// Omit `respondedBy` from consume results.
     pub consume_omit_responded_by: bool,
@@ -82,7 +83,7 @@ pub struct Switches {
     pub lenient_details: bool,
     /// Validate cards with canon-cards on request.
     pub validate_cards: bool,
-    /// Replay unread messages to a fresh stream without `Last-Event-ID` (§13 Q16).
+    /// Replay unread messages to a fresh stream without `Last-Event-ID` (canon-wire.md §13 Q16).
     pub backfill_unread_on_connect: bool,
     /// Ring the `runtime.control` doorbell when a signal is raised.
     pub doorbell: bool,
@@ -90,7 +91,7 @@ pub struct Switches {
     pub malformed_directory: bool,
     /// Enforce the message rate limits.
     pub rate_limits: bool,
-    /// Skip the message limit checks of §4.3 (text, metadata, attachments, ids).
+    /// Skip the message limit checks of canon-wire.md §4.3 (text, metadata, attachments, ids).
     pub lenient_messages: bool,
     /// Poll count after which a registration is approved on its own (null = never).
     pub auto_approve_after_polls: Option<u32>,

@@ -1,7 +1,7 @@
 //! Runtime interactions (canon-wire.md §4.12, §4.13, §11.3): request validation per kind,
 //! single-use ids, deadlines and ceilings, responder rules, consume with cancel and expiry, and
-//! the 72 h approval tombstones (D5). Answers come from the control API
-//! ([`respond`]), which also emits the receipts of §11.4.
+//! the 72 h approval tombstones (canon-wire.md §0.1 D5). Answers come from the control API
+//! ([`respond`]), which also emits the receipts of canon-wire.md §11.4.
 
 use serde_json::{json, Map, Value};
 

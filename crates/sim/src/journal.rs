@@ -70,8 +70,8 @@ pub fn canonical(entry: &JournalEntry) -> Value {
     })
 }
 
-/// Canonical JSON (object keys sorted recursively), the idempotency fingerprint of canon-wire.md
-/// §13 Q20 and the sorted form [`canonical`] compares.
+/// Canonical JSON (object keys sorted recursively), the idempotency fingerprint of
+/// canon-wire.md §13 Q20 and the sorted form [`canonical`] compares.
 pub fn canonical_json(value: &Value) -> String {
     fn sort(value: &Value) -> Value {
         match value {

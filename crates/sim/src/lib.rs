@@ -5,23 +5,25 @@
 //! # Main types
 //!
 //! * [`Sim::start`] binds `127.0.0.1:<port>` (0 = any) and returns a [`SimHandle`]: URLs, the
-//!   default agent's API key, and the test control API of §11.5 as methods (inject messages,
-//!   answer interactions, raise signals, faults, clock, journal, state, [`SimHandle::wait_for`]).
-//!   The same control API is served over HTTP under `/__sim/` ([`control`]).
+//!   default agent's API key, and the test control API of canon-wire.md §11.5 as methods (inject
+//!   messages, answer interactions, raise signals, faults, clock, journal, state,
+//!   [`SimHandle::wait_for`]). The same control API is served over HTTP under `/__sim/`
+//!   ([`control`]).
 //! * [`config::SimConfig`] / [`config::Switches`]: seed, environment and behaviour switches.
-//! * [`faults::FaultRule`]: fault injection of §11.6.
+//! * [`faults::FaultRule`]: fault injection of canon-wire.md §11.6.
 //! * [`model::ModelServer`] / [`model::Script`]: the scripted model.
-//! * [`config::TlsIdentity`]: optional TLS (§11.1 S3); [`tls::TEST_CA_PEM`] is the committed
-//!   test CA a test client trusts.
-//! * [`journal::JournalEntry`] and [`journal::canonical`] (the comparable form of §12.4);
-//!   [`verbs::merge_intent`] (the verb intent a wire request stands for, logged per verb).
+//! * [`config::TlsIdentity`]: optional TLS (canon-wire.md §11.1 S3); [`tls::TEST_CA_PEM`] is
+//!   the committed test CA a test client trusts.
+//! * [`journal::JournalEntry`] and [`journal::canonical`] (the comparable form of
+//!   canon-wire.md §12.4); [`verbs::merge_intent`] (the verb intent a wire request stands
+//!   for, logged per verb).
 //!
 //! Module map: [`server`] (hyper plumbing, faults, journaling) dispatches to [`api`] (REST, which
 //! routes on to [`interactions`] and [`verbs`]), [`stream`] (SSE) and [`control`] (`/__sim/`),
 //! after the optional TLS handshake of [`tls`]; they all reach the state through
 //! [`shared::Shared`]. [`http`] (request and reply types) and [`checks`] (the request checks the
-//! handlers share) are helpers the handlers import; [`state`] holds the §11.2 model and the
-//! §11.4 emission rule.
+//! handlers share) are helpers the handlers import; [`state`] holds the canon-wire.md §11.2 model
+//! and the canon-wire.md §11.4 emission rule.
 //!
 //! # Invariants
 //!

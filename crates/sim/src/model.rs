@@ -1,6 +1,6 @@
-//! The scripted OpenAI-compatible model server (hermes-host.md §20.2 item 6; canon-wire.md
-//! §13 Q15): `GET /v1/models`, `GET /v1/models/{id}` and streaming and non-streaming
-//! `POST /v1/chat/completions`, driven by a small JSON [`Script`].
+//! The scripted OpenAI-compatible model server (hermes-host.md §20.2 item 6;
+//! canon-wire.md §13 Q15): `GET /v1/models`, `GET /v1/models/{id}` and streaming and
+//! non-streaming `POST /v1/chat/completions`, driven by a small JSON [`Script`].
 //!
 //! A script is a list of rules matched against the **last** message of a request (first match
 //! wins). A reply is text (sent as content deltas), a tool call, or an echo of the tool result

@@ -1,5 +1,5 @@
 //! The simulator's state model (canon-wire.md §11.2) and the server-side message emission of
-//! §11.4.
+//! canon-wire.md §11.4.
 //!
 //! Everything lives in one [`State`] behind a mutex; handlers are synchronous functions over
 //! `&mut State`, so every request is atomic. Every collection is bounded: messages, histories,
@@ -33,7 +33,7 @@ pub const REPLY_AUTHORITY_TTL_MS: u64 = 10 * 60 * 1000;
 pub const TOMBSTONE_TTL_MS: u64 = 72 * 3600 * 1000;
 /// The reply-authority schema id (canon-wire.md §5.5).
 pub const REPLY_AUTHORITY_SCHEMA: &str = "canon.agent-reply-authority.v1";
-/// Receipt `metadata.type` values, server-owned and refused on client sends (§6.1).
+/// Receipt `metadata.type` values, server-owned and refused on client sends (canon-wire.md §6.1).
 pub const RECEIPT_TYPES: [&str; 7] = [
     "approval_reply",
     "approval_outcome",

@@ -1,6 +1,6 @@
-//! `GET /agents/stream`: the SSE stream of canon-wire.md §11.4 — `connected`,
-//! `agent.context`, replay after `Last-Event-ID` or `replay.expired`, live events, heartbeats,
-//! stream control commands and the SSE faults of §11.6.
+//! `GET /agents/stream`: the SSE stream of canon-wire.md §11.4 — `connected`, `agent.context`,
+//! replay after `Last-Event-ID` or `replay.expired`, live events, heartbeats, stream control
+//! commands and the SSE faults of canon-wire.md §11.6.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,7 +158,8 @@ pub fn open(
                     .events
                     .iter()
                     .filter(|e| e.id.is_some() && e.name == "message.created")
-                    // Back-fill (§13 Q16) only what is newer than the agent's read marker.
+                    // Back-fill (canon-wire.md §13 Q16) only what
+                    // is newer than the agent's read marker.
                     .filter(|e| {
                         let read = e
                             .data

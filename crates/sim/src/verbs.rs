@@ -1,6 +1,6 @@
 //! `POST /agent/verbs/{verb}` with the `canon.verb-wire.v1` envelope (canon-wire.md §4.15,
-//! §11.3): wire-shape and per-verb envelope checks, merge of envelope and body into the verb
-//! intent, and execution of `send_to`, `create_group`, `forward`, `share_contact`,
+//! canon-wire.md §11.3): wire-shape and per-verb envelope checks, merge of envelope and body
+//! into the verb intent, and execution of `send_to`, `create_group`, `forward`, `share_contact`,
 //! `add_member`, `remove_member` and `no_reply` (whose reason text is never stored).
 
 use serde_json::{json, Map, Value};

@@ -1,6 +1,6 @@
-//! The typed REST client for operations T1–T18 of canon-wire.md §3, with the
-//! headers of §2.1, the timeouts of §2.2, the decoding rules of §2.3 and the
-//! durable send of §2.5/§2.7.
+//! The typed REST client for the REST operations of canon-wire.md §3, with
+//! the headers of canon-wire.md §2.1, the timeouts of §2.2, the decoding
+//! rules of canon-wire.md §2.3 and the durable send of §2.5/§2.7.
 //!
 //! # Durable send
 //!
@@ -186,8 +186,8 @@ pub(crate) fn base64_encode(data: &[u8]) -> String {
     out
 }
 
-/// §2.3: empty body → `{}`; invalid UTF-8 → protocol error; invalid JSON →
-/// decode error.
+/// canon-wire.md §2.3: empty body → `{}`; invalid UTF-8 → protocol error;
+/// invalid JSON → decode error.
 fn decode_value(body: &[u8]) -> Result<Value, TransportError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| TransportError::protocol("response body is not UTF-8"))?;
@@ -198,7 +198,7 @@ fn decode_value(body: &[u8]) -> Result<Value, TransportError> {
         .map_err(|err| TransportError::decode(format!("response body is not JSON: {err}")))
 }
 
-/// Callers that expect an object treat a non-object as `{}` (§2.3).
+/// Callers that expect an object treat a non-object as `{}` (canon-wire.md §2.3).
 fn decode_object(body: &[u8]) -> Result<Map<String, Value>, TransportError> {
     Ok(match decode_value(body)? {
         Value::Object(map) => map,
@@ -266,7 +266,7 @@ pub fn verb_body(verb: &str, envelope: Map<String, Value>, value: Map<String, Va
     })
 }
 
-/// Parameters of T19 `GET /agents/discover`.
+/// Parameters of `GET /agents/discover` (canon-wire.md §4.15.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoverAgents {
     /// `query` (sent only when given; may be empty).
@@ -343,7 +343,7 @@ pub struct DurableRequest {
 }
 
 impl DurableRequest {
-    /// `POST /messages/send` (T4). The client id is `messageId`.
+    /// `POST /messages/send` (canon-wire.md §4.3). The client id is `messageId`.
     pub fn message(message: &SendMessage) -> Result<DurableRequest, TransportError> {
         let body = serde_json::to_vec(&Value::Object(message.to_body())).map_err(|err| {
             TransportError::InvalidRequest {
@@ -358,8 +358,8 @@ impl DurableRequest {
         })
     }
 
-    /// `POST /agent/verbs/{verb}` (T16) sent through the durable loop, as the
-    /// proactive `send_to` is. The client id is `envelope.idempotencyKey`.
+    /// `POST /agent/verbs/{verb}` (canon-wire.md §4.15) sent through the durable loop,
+    /// as the proactive `send_to` is. The client id is `envelope.idempotencyKey`.
     pub fn verb(
         verb: &str,
         envelope: Map<String, Value>,
@@ -432,7 +432,7 @@ impl CanonClient {
         &self.inner.stream_url
     }
 
-    /// Builds a request with the §2.1 headers.
+    /// Builds a request with the canon-wire.md §2.1 headers.
     pub(crate) fn build(
         &self,
         method: Method,
@@ -519,10 +519,10 @@ impl CanonClient {
         })
     }
 
-    /// T1: verifies that both services belong to `environment_id`
-    /// (canon-wire.md §1.2). With `expected_project` the API body must report
-    /// that project; without (a non-packaged environment) it must report a
-    /// non-empty one, which the stream must repeat. Returns the project id.
+    /// `GET /healthz/` and `GET {stream}/health`: verifies that both services belong
+    /// to `environment_id` (canon-wire.md §1.2). With `expected_project` the API
+    /// body must report that project; without (a non-packaged environment) it must
+    /// report a non-empty one, which the stream must repeat. Returns the project id.
     pub async fn verify_environment(
         &self,
         environment_id: &str,
@@ -584,7 +584,7 @@ impl CanonClient {
         }
     }
 
-    /// T2: `GET /agents/me`.
+    /// `GET /agents/me` (canon-wire.md §4.1).
     pub async fn get_me(&self) -> Result<AgentMe, TransportError> {
         Ok(AgentMe::from_object(
             self.api_object(Method::GET, "/agents/me", None, Classifier::Report)
@@ -592,7 +592,7 @@ impl CanonClient {
         ))
     }
 
-    /// T3: `GET /conversations`.
+    /// `GET /conversations` (canon-wire.md §4.2).
     pub async fn list_conversations(&self) -> Result<Vec<Conversation>, TransportError> {
         Ok(Conversation::list_from(
             self.api(Method::GET, "/conversations", None, Classifier::Report)
@@ -600,7 +600,7 @@ impl CanonClient {
         ))
     }
 
-    /// T4, single attempt (attachment messages \[parity\]).
+    /// `POST /messages/send` (canon-wire.md §4.3), single attempt (attachment messages \[parity\]).
     pub async fn send_message_once(
         &self,
         message: &SendMessage,
@@ -610,7 +610,8 @@ impl CanonClient {
         Ok(SentMessage::from_object(reply))
     }
 
-    /// T4 through the durable loop: up to 3 attempts of the same bytes.
+    /// `POST /messages/send` (canon-wire.md §4.3) through
+    /// the durable loop: up to 3 attempts of the same bytes.
     pub async fn send_message(
         &self,
         request: &DurableRequest,
@@ -689,7 +690,7 @@ impl CanonClient {
         }
     }
 
-    /// T5: `POST /media/upload`; returns the attachment object (§4.4).
+    /// `POST /media/upload` (canon-wire.md §4.4); returns the attachment object.
     pub async fn upload_media(
         &self,
         upload: &UploadMedia,
@@ -737,7 +738,7 @@ impl CanonClient {
         Ok(attachment)
     }
 
-    /// T7: `POST /typing`.
+    /// `POST /typing` (canon-wire.md §4.5).
     pub async fn set_typing(&self, typing: &Typing) -> Result<(), TransportError> {
         let body = serde_json::to_value(typing).map_err(|err| TransportError::InvalidRequest {
             detail: err.to_string(),
@@ -747,7 +748,7 @@ impl CanonClient {
             .map(drop)
     }
 
-    /// T8: `POST /streaming`.
+    /// `POST /streaming` (canon-wire.md §4.6).
     pub async fn streaming(&self, update: &StreamingUpdate) -> Result<(), TransportError> {
         self.api(
             Method::POST,
@@ -759,7 +760,7 @@ impl CanonClient {
         .map(drop)
     }
 
-    /// T9: `POST /runtime/turn`.
+    /// `POST /runtime/turn` (canon-wire.md §4.7).
     pub async fn publish_turn(&self, update: &TurnUpdate) -> Result<(), TransportError> {
         let body = serde_json::to_value(update).map_err(|err| TransportError::InvalidRequest {
             detail: err.to_string(),
@@ -774,7 +775,7 @@ impl CanonClient {
         .map(drop)
     }
 
-    /// T10: `POST /runtime/status` with the static descriptor of §4.8.
+    /// `POST /runtime/status` with the static descriptor of canon-wire.md §4.8.
     pub async fn publish_runtime_status(&self) -> Result<(), TransportError> {
         self.api(
             Method::POST,
@@ -786,7 +787,7 @@ impl CanonClient {
         .map(drop)
     }
 
-    /// T11: `POST /runtime/signal/consume`; `None` when nothing was pending.
+    /// `POST /runtime/signal/consume` (canon-wire.md §4.9); `None` when nothing was pending.
     pub async fn consume_signal(
         &self,
         conversation_id: &str,
@@ -803,7 +804,7 @@ impl CanonClient {
         Ok(RuntimeSignal::from_object(&reply))
     }
 
-    /// T12: `PATCH …/disposition` with `accepted_now` (idempotent on the server).
+    /// `PATCH …/disposition` (canon-wire.md §4.10) with `accepted_now` (idempotent on the server).
     pub async fn accept_disposition(
         &self,
         conversation_id: &str,
@@ -825,7 +826,7 @@ impl CanonClient {
         .map(drop)
     }
 
-    /// T13: `POST /conversations/{cid}/read` (no body).
+    /// `POST /conversations/{cid}/read` (canon-wire.md §4.11; no body).
     pub async fn mark_read(&self, conversation_id: &str) -> Result<(), TransportError> {
         let path = format!("/conversations/{}/read", encode_segment(conversation_id));
         self.api(Method::POST, &path, None, Classifier::Report)
@@ -833,7 +834,7 @@ impl CanonClient {
             .map(drop)
     }
 
-    /// T14: `POST /runtime-interaction/request`.
+    /// `POST /runtime-interaction/request` (canon-wire.md §4.12).
     pub async fn request_interaction(
         &self,
         request: &InteractionRequest,
@@ -849,7 +850,7 @@ impl CanonClient {
         Ok(InteractionCreated::from_object(reply))
     }
 
-    /// T15: `POST /runtime-interaction/consume`.
+    /// `POST /runtime-interaction/consume` (canon-wire.md §4.13).
     pub async fn consume_interaction(
         &self,
         consume: &ConsumeInteraction,
@@ -865,7 +866,7 @@ impl CanonClient {
         Ok(InteractionResult::from_object(reply))
     }
 
-    /// T16: `POST /agent/verbs/{verb}`, single attempt; returns `result.value`.
+    /// `POST /agent/verbs/{verb}` (canon-wire.md §4.15), single attempt; returns `result.value`.
     pub async fn execute_verb(
         &self,
         verb: &str,
@@ -876,7 +877,7 @@ impl CanonClient {
         self.attempt_durable(&request, Classifier::Report).await
     }
 
-    /// T19: `GET /agents/discover` (canon-wire.md §4.15.1, 0.16.0). The
+    /// `GET /agents/discover` (canon-wire.md §4.15.1, 0.16.0). The
     /// parameters are assumed validated by the tool layer; `limit` is always
     /// sent. The body must be a well-formed directory page and is returned
     /// whole.
@@ -944,7 +945,7 @@ impl CanonClient {
         Ok(PollOutcome::TimedOut)
     }
 
-    /// T18: `POST /agents/register` (no auth, 30 s).
+    /// `POST /agents/register` (canon-wire.md §1.4; no auth, 30 s).
     pub async fn register(
         &self,
         registration: &Registration,
@@ -974,7 +975,7 @@ impl CanonClient {
         })
     }
 
-    /// T18: `GET /agents/status/{requestId}` (poll-token header when issued).
+    /// `GET /agents/status/{requestId}` (canon-wire.md §1.4; poll-token header when issued).
     pub async fn poll_registration(
         &self,
         ticket: &RegistrationTicket,
@@ -996,7 +997,7 @@ impl CanonClient {
         Ok(RegistrationStatus::from_object(&decode_object(&raw.body)?))
     }
 
-    /// T18: `POST /agents/status/{requestId}/ack` (no body).
+    /// `POST /agents/status/{requestId}/ack` (canon-wire.md §1.4; no body).
     pub async fn ack_registration(
         &self,
         ticket: &RegistrationTicket,

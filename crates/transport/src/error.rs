@@ -1,6 +1,6 @@
 //! The error model of canon-wire.md §2.6: [`TransportError`] keeps every
-//! distinction the §2.5 classifiers need, and carries the retryability the
-//! call site's classifier reported as a field.
+//! distinction the canon-wire.md §2.5 classifiers need, and carries the
+//! retryability the call site's classifier reported as a field.
 
 use std::time::Duration;
 
@@ -61,7 +61,7 @@ impl HttpFailure {
         }
     }
 
-    /// `error_message` of §2.4: the `error` field, else the raw body.
+    /// `error_message` of canon-wire.md §2.4: the `error` field, else the raw body.
     pub fn error_message(&self) -> &str {
         self.message.as_deref().unwrap_or(&self.body)
     }
@@ -93,8 +93,8 @@ impl std::fmt::Display for HttpFailure {
 
 /// Everything that can go wrong talking to Canon (canon-wire.md §2.6).
 ///
-/// Variants that may be retried carry `retry`: the verdict of the classifier
-/// the operation uses (§2.5), i.e. the retryability reported upward.
+/// Variants that may be retried carry `retry`: the verdict of the classifier the
+/// operation uses (canon-wire.md §2.5), i.e. the retryability reported upward.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransportError {
@@ -171,7 +171,7 @@ pub enum TransportError {
         /// What was wrong.
         detail: String,
     },
-    /// The SSRF guard refused a media URL or a redirect target (§7.2).
+    /// The SSRF guard refused a media URL or a redirect target (canon-wire.md §7.2).
     #[error("{}{}", if *.redirect { "Blocked redirect to private/internal address: " } else { "Blocked unsafe URL (SSRF protection): " }, .safe_url)]
     Blocked {
         /// The URL reduced to `scheme://host/.../last-segment`, ≤ 80 chars.
@@ -179,7 +179,7 @@ pub enum TransportError {
         /// Whether the refused URL was a redirect target.
         redirect: bool,
     },
-    /// Media over the size cap (§7.2, §4.4).
+    /// Media over the size cap (canon-wire.md §7.2, §4.4).
     #[error("{}", if *.upload { "Canon media upload limit is 10MB" } else { "Canon media attachment exceeds 10MB" })]
     TooLarge {
         /// The cap in bytes.
@@ -193,7 +193,7 @@ pub enum TransportError {
         /// What was wrong.
         detail: String,
     },
-    /// The health check found an endpoint of another environment (§1.2).
+    /// The health check found an endpoint of another environment (canon-wire.md §1.2).
     #[error("Canon runtime endpoint {url} does not match environment {environment_id}")]
     EnvironmentMismatch {
         /// The probed URL.
@@ -201,8 +201,8 @@ pub enum TransportError {
         /// The expected environment id.
         environment_id: String,
     },
-    /// The stream was rejected with 401/403 on consecutive attempts (§5.7);
-    /// fatal, the stream stopped reconnecting.
+    /// The stream was rejected with 401/403 on consecutive attempts
+    /// (canon-wire.md §5.7); fatal, the stream stopped reconnecting.
     #[error("Canon rejected the configured agent credentials. Re-run Canon setup.")]
     AuthFailed {
         /// The last status (401 or 403).
@@ -288,7 +288,7 @@ impl TransportError {
         self
     }
 
-    /// The "may have landed" rule of §2.5 for a send of `parts` parts.
+    /// The "may have landed" rule of canon-wire.md §2.5 for a send of `parts` parts.
     pub fn may_have_landed(&self, parts: usize) -> bool {
         canon_wire::retry::may_have_landed(self.kind(), parts)
     }

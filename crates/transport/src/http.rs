@@ -1,7 +1,7 @@
 //! The HTTP engine shared by the REST client, the event stream and media
 //! downloads: a pooled hyper-util client over hyper-rustls over our
 //! [`Connector`](crate::net), with the timeouts of canon-wire.md §2.2 and the
-//! mapping of hyper's failures onto the §2.6 error kinds.
+//! mapping of hyper's failures onto the canon-wire.md §2.6 error kinds.
 //!
 //! TLS uses rustls with the `ring` provider and the platform's native roots
 //! (rustls-native-certs, loaded once per process). When the platform store

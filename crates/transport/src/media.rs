@@ -174,7 +174,7 @@ impl MediaDownloader {
         Ok(())
     }
 
-    /// T6: downloads `url`, following at most five checked redirects.
+    /// Downloads `url` (canon-wire.md §4.14, §7.2), following at most five checked redirects.
     pub async fn download(&self, url: &str) -> Result<DownloadedMedia, TransportError> {
         let mut current = url.trim().to_owned();
         let mut redirect = false;

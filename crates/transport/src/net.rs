@@ -1,5 +1,5 @@
-//! Connection setup: name resolution, the address guard of canon-wire.md
-//! §7.2, and the TCP connector hyper-rustls wraps.
+//! Connection setup: name resolution, the address guard of
+//! canon-wire.md §7.2, and the TCP connector hyper-rustls wraps.
 //!
 //! The connector resolves a host once, checks **every** resolved address
 //! against the [`AddressPolicy`] (when one is set) and then connects only to

@@ -6,7 +6,7 @@
 //! [`ConnectionState`] changes, through a bounded channel (backpressure: a
 //! slow consumer slows the reading of the socket, nothing is dropped).
 //!
-//! Reconnect rules (§5.7 with the \[target\] hardening):
+//! Reconnect rules (canon-wire.md §5.7 with the \[target\] hardening):
 //!
 //! * the cursor is the id of the last accepted frame that had one, updated
 //!   **before** the event is delivered, and sent as `Last-Event-ID`;

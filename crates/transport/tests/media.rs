@@ -1,5 +1,5 @@
-//! SSRF-guarded media download tests (§7.2). Only loopback is ever connected
-//! to: refused targets must show up as zero connection attempts.
+//! SSRF-guarded media download tests (canon-wire.md §7.2). Only loopback is
+//! ever connected to: refused targets must show up as zero connection attempts.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

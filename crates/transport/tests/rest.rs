@@ -1,5 +1,6 @@
-//! REST client tests against a local hyper server: request shapes (§4),
-//! headers (§2.1), decoding (§2.3), error classes (§2.5/§2.6), durable send.
+//! REST client tests against a local hyper server: request shapes
+//! (canon-wire.md §4), headers (§2.1), decoding (§2.3), error classes
+//! (canon-wire.md §2.5/§2.6), durable send.
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
-//! canon-transport's REST client against the simulator over real sockets
-//! (canon-wire.md §11.7 "transport"): every request shape of §4 checked in the
-//! sim journal (T1–T19, the media download T6 included), every §2.5 classifier row driven by sim fault rules (status
-//! before and after processing, drops, resets, delays, malformed bodies), and
-//! the idempotent replay after commit-then-fail (same message, no duplicate).
+//! canon-transport's REST client against the simulator over real sockets (canon-wire.md §11.7
+//! "transport"): every request shape of canon-wire.md §4 checked in the sim journal (every
+//! operation of canon-wire.md §3, the media download included), every §2.5 classifier row driven by
+//! sim fault rules (status before and after processing, drops, resets, delays, malformed bodies),
+//! and the idempotent replay after commit-then-fail (same message, no duplicate).
 
 use std::time::Duration;
 
@@ -44,8 +44,8 @@ fn agent_messages(sim: &SimHandle) -> usize {
     })
 }
 
-/// Checks one journalled request: method, path, query, the §2.1 headers and
-/// the body (JSON equality, so key order does not matter).
+/// Checks one journalled request: method, path, query, the canon-wire.md §2.1
+/// headers and the body (JSON equality, so key order does not matter).
 fn check_entry(sim: &SimHandle, since: u64, method: &str, path: &str, body: Value, auth: bool) {
     let entries = journal_at(sim, since, path);
     let entry = entries
@@ -81,18 +81,18 @@ async fn every_operation_lands_in_the_sim_journal_with_its_documented_shape() {
     let inbound_id = inbound["id"].as_str().unwrap().to_owned();
     let since = journal_cursor(&sim);
 
-    // T1
+    // Environment verification (canon-wire.md §1.2).
     let project = client
         .verify_environment("canon-dev-v1", Some("canonmail-dev"))
         .await
         .unwrap();
     assert_eq!(project, "canonmail-dev");
-    // T2, T3
+    // `GET /agents/me` and `GET /conversations` (canon-wire.md §4.1, §4.2).
     let me = client.get_me().await.unwrap();
     assert_eq!(me.agent_id.as_deref(), Some("a-hermes"));
     let conversations = client.list_conversations().await.unwrap();
     assert!(conversations.iter().any(|c| c.id == "c-direct"));
-    // T4 durable and single attempt
+    // `POST /messages/send` (canon-wire.md §4.3), durable and single attempt.
     let metadata = object(json!({"turnSemantics": "turn_complete", "turnComplete": true}));
     let durable = DurableRequest::message(&SendMessage {
         conversation_id: "c-direct".into(),
@@ -104,7 +104,8 @@ async fn every_operation_lands_in_the_sim_journal_with_its_documented_shape() {
     .unwrap();
     let sent = client.send_message(&durable).await.unwrap();
     assert!(sent.message_id.is_some());
-    // T5 then T4 with the attachment (single attempt, as attachment messages are).
+    // `POST /media/upload`, then `POST /messages/send` with the attachment
+    // (canon-wire.md §4.4, §4.3; single attempt, as attachment messages are).
     let attachment = client
         .upload_media(&UploadMedia {
             conversation_id: "c-direct".into(),
@@ -116,8 +117,9 @@ async fn every_operation_lands_in_the_sim_journal_with_its_documented_shape() {
         .unwrap();
     assert_eq!(attachment["kind"], "image");
     assert_eq!(attachment["sizeBytes"], 6);
-    // T6: the uploaded file, fetched without credentials through the SSRF
-    // guard (the sim is on loopback, so loopback is allowed here).
+    // Media download (canon-wire.md §4.14): the uploaded file, fetched
+    // without credentials through the SSRF guard (the sim is on loopback,
+    // so loopback is allowed here).
     let url = attachment["url"].as_str().unwrap().to_owned();
     let media = MediaDownloader::new(MediaOptions {
         policy: AddressPolicy {
@@ -139,7 +141,8 @@ async fn every_operation_lands_in_the_sim_journal_with_its_documented_shape() {
         })
         .await
         .unwrap();
-    // T7–T13
+    // Typing, streaming, turn state, runtime status, signals,
+    // disposition and read (canon-wire.md §4.5–§4.11).
     client
         .set_typing(&Typing {
             conversation_id: "c-direct".into(),
@@ -183,7 +186,7 @@ async fn every_operation_lands_in_the_sim_journal_with_its_documented_shape() {
         })
         .await
         .unwrap();
-    // T14, T15
+    // Runtime interactions: request and consume (canon-wire.md §4.12, §4.13).
     let expires_at = sim.now_ms() + 60_000;
     client
         .request_interaction(&InteractionRequest::Input(InputRequest {
@@ -212,7 +215,7 @@ async fn every_operation_lands_in_the_sim_journal_with_its_documented_shape() {
         .await
         .unwrap();
     assert!(pending.is_pending());
-    // T16, T19
+    // A verb, and the agent directory (canon-wire.md §4.15, §4.15.1).
     let verb = client
         .execute_verb(
             "no_reply",
@@ -231,7 +234,7 @@ async fn every_operation_lands_in_the_sim_journal_with_its_documented_shape() {
         .await
         .unwrap();
     assert!(page.contains_key("agents"));
-    // T18
+    // Registration: register, poll, acknowledge (canon-wire.md §1.4).
     let ticket = client
         .register(&Registration {
             name: "Bot".into(),
@@ -667,12 +670,12 @@ async fn malformed_success_bodies_are_decode_errors_or_read_leniently() {
     let stored = stored_with_client_id(&sim, "hermes-final-malformed");
     assert_eq!(stored.len(), 1);
     assert_eq!(replay.message_id.as_deref(), stored[0]["id"].as_str());
-    // An empty 200 and an array are read as `{}` (§2.3).
+    // An empty 200 and an array are read as `{}` (canon-wire.md §2.3).
     sim.add_fault(malformed("/agents/me", "empty"));
     assert_eq!(client.get_me().await.unwrap().agent_id, None);
     sim.add_fault(malformed("/conversations", "array"));
     assert!(client.list_conversations().await.unwrap().is_empty());
-    // Verb envelope checks use the exact §4.15 messages.
+    // Verb envelope checks use the exact canon-wire.md §4.15 messages.
     for (kind, message) in [
         (
             "wrong_wire",

@@ -1,8 +1,8 @@
 //! canon-transport's event stream against the simulator over real sockets
 //! (canon-wire.md §5, §11.7): the §5.2 vectors through the sim's split-write
 //! SSE fault at every byte offset, reconnect with the cursor after a clean
-//! close, a reset and a stall, `replay.expired`, the idle watchdog, the
-//! status rows of the stream column of §2.5 and 401 ×3 → `auth_failed`.
+//! close, a reset and a stall, `replay.expired`, the idle watchdog, the status
+//! rows of the stream column of canon-wire.md §2.5 and 401 ×3 → `auth_failed`.
 
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,8 @@ use crate::sim_support::{
 const AGENT: &str = "a-hermes";
 const STREAM: &str = "/agents/stream";
 
-/// The §5.2 vector frames as one byte stream: CRLF, CR and LF endings, a
-/// multi-byte message id, comments, discarded frames.
+/// The canon-wire.md §5.2 vector frames as one byte stream: CRLF, CR and
+/// LF endings, a multi-byte message id, comments, discarded frames.
 const VECTORS: &str = "event: message.created\r\ndata: {\"conversationId\":\"c-direct\",\"message\":{\"id\":\"m-ü€😀\"}}\r\n\r\n\
 data: {\"a\":1}\n\n\
 id: 7\revent: ping\rdata:  hello  \r\r\

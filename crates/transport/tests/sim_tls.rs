@@ -24,7 +24,8 @@ async fn health_and_send_work_against_the_tls_sim() {
     assert_eq!(config.trust_test_ca_pem(CA).unwrap(), 1);
     let client = CanonClient::new(config).unwrap();
 
-    // T1 over https: `/healthz/` on the API and `/health` on the stream origin.
+    // Environment verification (canon-wire.md §1.2) over https:
+    // `/healthz/` on the API and `/health` on the stream origin.
     let project = client
         .verify_environment("canon-dev-v1", Some("canonmail-dev"))
         .await

@@ -1,6 +1,6 @@
-//! Event-stream tests against a raw local TCP server (§5): split writes at
-//! every byte offset, cursor and `Last-Event-ID`, `replay.expired`, the idle
-//! watchdog, backoff and `Retry-After`, and the fatal `auth_failed`.
+//! Event-stream tests against a raw local TCP server (canon-wire.md §5): split
+//! writes at every byte offset, cursor and `Last-Event-ID`, `replay.expired`,
+//! the idle watchdog, backoff and `Retry-After`, and the fatal `auth_failed`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,7 +68,7 @@ async fn events_until_disconnect(
     }
 }
 
-/// The §5.2 vectors as one byte stream (mixed line endings, multi-byte text).
+/// The canon-wire.md §5.2 vectors as one byte stream (mixed line endings, multi-byte text).
 fn vector_bytes() -> Vec<u8> {
     let text = "event: message.created\r\ndata: {\"conversationId\":\"c\",\"message\":{\"id\":\"m-ü\"}}\r\n\r\n\
                 data: {\"a\":1}\n\n\

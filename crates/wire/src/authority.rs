@@ -27,7 +27,7 @@ pub struct ReplyAuthority {
 }
 
 impl ReplyAuthority {
-    /// Accepts `value` only when every §5.5 rule holds for message `message_id`.
+    /// Accepts `value` only when every canon-wire.md §5.5 rule holds for message `message_id`.
     pub fn accept(value: &Value, message_id: &str) -> Option<ReplyAuthority> {
         let object = value.as_object()?;
         let text = |key: &str| object.get(key).and_then(Value::as_str);

@@ -4,9 +4,9 @@
 //! never fails and never panics: unknown event names are preserved as
 //! [`EventKind::Unknown`], the explicitly ignored ones as
 //! [`EventKind::Ignored`], and a known event whose data lacks what the
-//! catalogue requires becomes [`EventKind::Malformed`] with the data kept.
-//! A `message.created` reply authority is validated (§5.5) and removed from
-//! the payload, so the payload can be handed on as raw context.
+//! catalogue requires becomes [`EventKind::Malformed`] with the data kept. A
+//! `message.created` reply authority is validated (canon-wire.md §5.5) and
+//! removed from the payload, so the payload can be handed on as raw context.
 
 use serde_json::{Map, Value};
 
@@ -22,7 +22,7 @@ pub struct Event {
     pub kind: EventKind,
 }
 
-/// The §5.3 catalogue.
+/// The canon-wire.md §5.3 catalogue.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum EventKind {
@@ -41,7 +41,7 @@ pub enum EventKind {
     AgentContext {
         /// `agentId` | `id` | `userId` (first present string).
         agent_id: Option<String>,
-        /// `outboundPolicy` when a string; `None` means "clear it" (§5.3).
+        /// `outboundPolicy` when a string; `None` means "clear it" (canon-wire.md §5.3).
         outbound_policy: Option<String>,
     },
     /// `conversation.updated`.
@@ -58,7 +58,7 @@ pub enum EventKind {
         /// `kind` (empty when absent).
         kind: String,
     },
-    /// `message.created` (§5.4).
+    /// `message.created` (canon-wire.md §5.4).
     MessageCreated(Box<MessageCreated>),
     /// An event the adapter explicitly ignores (`message.updated`, `typing`, …).
     Ignored {
@@ -85,7 +85,7 @@ pub enum EventKind {
     },
 }
 
-/// Events §5.3 lists as explicitly ignored.
+/// Events canon-wire.md §5.3 lists as explicitly ignored.
 const EXPLICITLY_IGNORED: [&str; 8] = [
     "message.updated",
     "message.deleted",
@@ -104,7 +104,7 @@ pub struct MessageCreated {
     pub conversation_id: String,
     /// `message` (required object; `SerializedMessage`).
     pub message: Map<String, Value>,
-    /// `replyAuthority`, only when every §5.5 rule holds.
+    /// `replyAuthority`, only when every canon-wire.md §5.5 rule holds.
     pub reply_authority: Option<ReplyAuthority>,
     /// The whole payload **without** `replyAuthority`.
     pub payload: Map<String, Value>,

@@ -1,9 +1,9 @@
 //! Retry classification of canon-wire.md §2.5 as pure functions.
 //!
-//! A failure is first reduced to a [`FailureKind`] (the distinctions of §2.6);
-//! each call site then picks one of the four named classifiers. Nothing here
-//! does I/O or reads the clock: the durable retry schedule is data
-//! ([`DURABLE_SEND_BACKOFF`]) and the `Retry-After` rule is
+//! A failure is first reduced to a [`FailureKind`] (the distinctions of
+//! canon-wire.md §2.6); each call site then picks one of the four named
+//! classifiers. Nothing here does I/O or reads the clock: the durable retry
+//! schedule is data ([`DURABLE_SEND_BACKOFF`]) and the `Retry-After` rule is
 //! [`durable_retry_delay`].
 
 use std::time::Duration;
@@ -131,9 +131,9 @@ pub fn is_safe_to_retry_write(kind: FailureKind) -> bool {
     }
 }
 
-/// The "may have landed" rule for a failed turn-bound send (canon-wire.md
-/// §2.5, turns.md §4.4): `true` means the reservation must be kept and the
-/// exact request replayed later.
+/// The "may have landed" rule for a failed turn-bound send
+/// (canon-wire.md §2.5, turns.md §4.4): `true` means the reservation must
+/// be kept and the exact request replayed later.
 pub fn may_have_landed(kind: FailureKind, parts: usize) -> bool {
     if parts > 1 {
         return true;
@@ -198,9 +198,9 @@ mod tests {
         K::Http { status }
     }
 
-    /// One row of the §2.5 status matrix for the two durable-send columns:
-    /// (failure, retried with id, retried without id, reported-retryable for a
-    /// send without id).
+    /// One row of the canon-wire.md §2.5 status matrix for the two
+    /// durable-send columns: (failure, retried with id, retried without id,
+    /// reported-retryable for a send without id).
     fn check_row(kind: FailureKind, with_id: bool, without_id: bool, reported_without_id: bool) {
         assert_eq!(
             is_retryable_idempotent_write(kind),

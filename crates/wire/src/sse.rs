@@ -1,8 +1,8 @@
 //! The SSE frame parser of canon-wire.md §5.2, kept pure (no I/O, no clock).
 //!
-//! Bytes go in through [`SseParser::push`] in whatever chunks the network
-//! delivers; complete [`Frame`]s come out. The accept/reject decisions are the
-//! reference client's (§5.2 steps 1–7), with the two \[target\] robustness fixes:
+//! Bytes go in through [`SseParser::push`] in whatever chunks the network delivers;
+//! complete [`Frame`]s come out. The accept/reject decisions are the reference
+//! client's (canon-wire.md §5.2 steps 1–7), with the two \[target\] robustness fixes:
 //!
 //! * line endings are normalized on complete lines (CR, LF and CRLF all end a
 //!   line, and a CRLF split across two chunks is still one line break), so the
@@ -308,7 +308,7 @@ mod tests {
         FrameData::Text(s.to_owned())
     }
 
-    /// The §5.2 vectors: frame text (lines joined by LF) → expected result.
+    /// The canon-wire.md §5.2 vectors: frame text (lines joined by LF) → expected result.
     fn vectors() -> Vec<(&'static str, Option<Frame>)> {
         vec![
             (

@@ -3,9 +3,9 @@
 //! `authority.rs`).
 //!
 //! Request types serialize to the exact wire bodies: camelCase keys, optional
-//! fields omitted rather than sent as `null` (§0). Response types are read
-//! leniently, the way the reference reads them ("first non-empty wins"), and
-//! keep the whole object in `raw` so nothing the server adds is lost.
+//! fields omitted rather than sent as `null` (canon-wire.md §0). Response types
+//! are read leniently, the way the reference reads them ("first non-empty wins"),
+//! and keep the whole object in `raw` so nothing the server adds is lost.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -42,7 +42,7 @@ impl OutboundPolicy {
     }
 }
 
-/// `GET /agents/me` (T2, canon-wire.md §4.1).
+/// `GET /agents/me` (canon-wire.md §4.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentMe {
     /// `agentId` | `id` | `userId`.
@@ -73,7 +73,7 @@ impl AgentMe {
     }
 }
 
-/// One conversation of `GET /conversations` (T3, canon-wire.md §4.2).
+/// One conversation of `GET /conversations` (canon-wire.md §4.2).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Conversation {
     /// `id` | `conversationId`.
@@ -131,7 +131,7 @@ impl Conversation {
     }
 }
 
-/// `POST /messages/send` request (T4, canon-wire.md §4.3).
+/// `POST /messages/send` request (canon-wire.md §4.3).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SendMessage {
     /// `conversationId`.
@@ -146,12 +146,12 @@ pub struct SendMessage {
     pub metadata: Option<Map<String, Value>>,
     /// `contentType`.
     pub content_type: Option<String>,
-    /// `attachments` (§7.1 objects).
+    /// `attachments` (canon-wire.md §7.1 objects).
     pub attachments: Option<Vec<Value>>,
     /// `replyAuthority`, copied from the event that opened the turn.
     pub reply_authority: Option<ReplyAuthority>,
-    /// The gateway options bag. Only `mentions` and `replyToPosition` are
-    /// sent (§4.3 \[target\]); explicit fields above always win.
+    /// The gateway options bag. Only `mentions` and `replyToPosition` are sent
+    /// (canon-wire.md §4.3 \[target\]); explicit fields above always win.
     pub options: Map<String, Value>,
 }
 
@@ -336,7 +336,7 @@ impl SentMessage {
     }
 }
 
-/// `POST /media/upload` request (T5, canon-wire.md §4.4).
+/// `POST /media/upload` request (canon-wire.md §4.4).
 #[derive(Debug, Clone, PartialEq)]
 pub struct UploadMedia {
     /// `conversationId`.
@@ -383,7 +383,7 @@ impl TypingStatus {
     }
 }
 
-/// `POST /typing` request (T7).
+/// `POST /typing` request (canon-wire.md §4.5).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Typing {
@@ -396,7 +396,7 @@ pub struct Typing {
     pub status: Option<TypingStatus>,
 }
 
-/// The three `POST /streaming` shapes (T8, canon-wire.md §4.6).
+/// The three `POST /streaming` shapes (canon-wire.md §4.6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamingUpdate {
     /// Merge-update the live bubble.
@@ -531,7 +531,7 @@ pub struct TurnCapabilities {
 }
 
 impl TurnCapabilities {
-    /// The reference's capabilities for `state` (§4.7).
+    /// The reference's capabilities for `state` (canon-wire.md §4.7).
     pub fn for_state(state: TurnState, supports_interleave: bool) -> TurnCapabilities {
         TurnCapabilities {
             supports_interrupt: true,
@@ -543,7 +543,7 @@ impl TurnCapabilities {
     }
 }
 
-/// `POST /runtime/turn` request (T9, canon-wire.md §4.7).
+/// `POST /runtime/turn` request (canon-wire.md §4.7).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnUpdate {
@@ -612,7 +612,7 @@ pub fn runtime_status_body() -> Value {
     })
 }
 
-/// A pending runtime signal (T11, canon-wire.md §4.9).
+/// A pending runtime signal (canon-wire.md §4.9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SignalKind {
     /// `interrupt`.
@@ -719,13 +719,13 @@ pub struct InputRequest {
     /// `choices`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub choices: Option<Vec<Choice>>,
-    /// `questions` (objects as §4.12 describes).
+    /// `questions` (objects as canon-wire.md §4.12 describes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub questions: Option<Vec<Value>>,
     /// `responseUserId`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_user_id: Option<String>,
-    /// `native` correlation ids (§4.12.1).
+    /// `native` correlation ids (canon-wire.md §4.12.1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub native: Option<Map<String, Value>>,
     /// `sensitive`.
@@ -788,7 +788,7 @@ pub struct ApprovalRequest {
     pub native: Option<Map<String, Value>>,
 }
 
-/// `POST /runtime-interaction/request` (T14).
+/// `POST /runtime-interaction/request` (canon-wire.md §4.12).
 #[derive(Debug, Clone, PartialEq)]
 pub enum InteractionRequest {
     /// An input request.
@@ -843,7 +843,7 @@ impl InteractionRequest {
     }
 }
 
-/// The create response of T14 (canon-wire.md §4.12).
+/// The create response of `POST /runtime-interaction/request` (canon-wire.md §4.12).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InteractionCreated {
     /// `messageId`.
@@ -880,7 +880,7 @@ impl InteractionCreated {
     }
 }
 
-/// `POST /runtime-interaction/consume` request (T15, canon-wire.md §4.13).
+/// `POST /runtime-interaction/consume` request (canon-wire.md §4.13).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumeInteraction {
     /// Which kind of interaction.
@@ -913,7 +913,7 @@ impl ConsumeInteraction {
     }
 }
 
-/// A consume result (§4.13): `status` plus the whole object.
+/// A consume result (canon-wire.md §4.13): `status` plus the whole object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InteractionResult {
     /// `status` (empty when absent).
@@ -945,7 +945,7 @@ impl InteractionResult {
     }
 }
 
-/// `POST /agents/register` request (T18, canon-wire.md §1.4).
+/// `POST /agents/register` request (canon-wire.md §1.4).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Registration {

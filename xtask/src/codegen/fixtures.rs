@@ -2261,14 +2261,14 @@ fn check_coverage(g: &Gen<'_>, skill_examples: usize) -> anyhow::Result<()> {
         }
     }
     let mut gaps = Vec::new();
-    // C1: every template but the Python-only ones.
+    // cards.md §20.5 C1: every template but the Python-only ones.
     let python_only = g.registry.str_list_at("/pythonOnlyMessages")?;
     for id in g.templates.keys() {
         if !python_only.contains(id) && !tags.contains(&tag("template", id)) {
             gaps.push(format!("C1 template {id}"));
         }
     }
-    // C2: every runtime limit at N and N + 1.
+    // cards.md §20.5 C2: every runtime limit at N and N + 1.
     for (name, _) in g.registry.object_at("/limits/runtime")? {
         for at in ["N", "N+1"] {
             if !tags.contains(&format!("limit:{name}@{at}")) {
@@ -2276,7 +2276,7 @@ fn check_coverage(g: &Gen<'_>, skill_examples: usize) -> anyhow::Result<()> {
             }
         }
     }
-    // C3: every string cap, ASCII and astral at N / N + 1 and a BMP multibyte case.
+    // cards.md §20.5 C3: every string cap, ASCII and astral at N / N + 1 and a BMP multibyte case.
     for cap in string_caps(g.registry)? {
         for at in ["N", "N+1", "astralN", "astralN+1", "bmpN"] {
             if !tags.contains(&format!("cap:{}.{}@{at}", cap.record, cap.key)) {
@@ -2284,7 +2284,7 @@ fn check_coverage(g: &Gen<'_>, skill_examples: usize) -> anyhow::Result<()> {
             }
         }
     }
-    // C5: every vocabulary member at every location using it.
+    // cards.md §20.5 C5: every vocabulary member at every location using it.
     for (record, _key, vocabulary, _, _) in enum_checks(g) {
         for value in g.registry.str_list_at(&format!("/enums/{vocabulary}"))? {
             if !tags.contains(&format!("enum:{vocabulary}={value}@{record}")) {
@@ -2292,7 +2292,7 @@ fn check_coverage(g: &Gen<'_>, skill_examples: usize) -> anyhow::Result<()> {
             }
         }
     }
-    // C6: every record minimal and with an unsupported key.
+    // cards.md §20.5 C6: every record minimal and with an unsupported key.
     for record in PROBED_RECORDS {
         let names = [
             format!("{record}.minimal"),
@@ -2304,7 +2304,7 @@ fn check_coverage(g: &Gen<'_>, skill_examples: usize) -> anyhow::Result<()> {
             }
         }
     }
-    // C11: the field-type matrix, every type and an unrecognized one.
+    // cards.md §20.5 C11: the field-type matrix, every type and an unrecognized one.
     let mut types = g.registry.str_list_at("/enums/fieldTypes")?;
     types.push("zzUnknownType".into());
     for t in types {
@@ -2323,7 +2323,7 @@ fn check_coverage(g: &Gen<'_>, skill_examples: usize) -> anyhow::Result<()> {
             }
         }
     }
-    // C17 / C18: every skill example and every registry divergence.
+    // cards.md §20.5 C17 / C18: every skill example and every registry divergence.
     if families.get("skill.examples").copied().unwrap_or(0) != skill_examples || skill_examples == 0
     {
         gaps.push("C17 skill examples".into());
@@ -2342,7 +2342,7 @@ fn check_coverage(g: &Gen<'_>, skill_examples: usize) -> anyhow::Result<()> {
             gaps.push(format!("family {family} has no case"));
         }
     }
-    // C16: a kitchen-sink case with at least ten errors.
+    // cards.md §20.5 C16: a kitchen-sink case with at least ten errors.
     if !g
         .cases
         .iter()

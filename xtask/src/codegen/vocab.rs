@@ -48,11 +48,11 @@ pub(crate) fn generate(registry: &Registry) -> anyhow::Result<Artifact> {
     wl(w, "");
     wl(
         w,
-        "//! The canon.card.v1 vocabulary: every number, list and message template of cards.md",
+        "//! The canon.card.v1 vocabulary: every number, list and message template of",
     );
     wl(
         w,
-        "//! §5–§14, generated from the rich-cards registry so that the validator, the skill",
+        "//! cards.md §5–§14, generated from the rich-cards registry so that the validator, the skill",
     );
     wl(
         w,

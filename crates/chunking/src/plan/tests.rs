@@ -1,5 +1,5 @@
-//! Tests for answer plans: the §3.8 worked example, single-part and
-//! standalone plans, the metadata guard and unbounded part counts.
+//! Tests for answer plans: the turns.md §3.8 worked example, single-part
+//! and standalone plans, the metadata guard and unbounded part counts.
 
 use serde_json::json;
 

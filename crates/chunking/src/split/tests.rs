@@ -115,7 +115,7 @@ fn assert_invariants(text: &str, max_bytes: usize, boundary: Boundary) {
     );
 }
 
-// §3.5 worked examples (outputs of the 0.14.1 reference).
+// turns.md §3.5 worked examples (outputs of the 0.14.1 reference).
 
 #[test]
 fn spec_3_5_hard_cut_without_separator() {
@@ -296,7 +296,7 @@ fn tiny_budgets_are_refused() {
     assert_eq!(Budget::default().get(), CHUNKED_TEXT_MAX_BYTES);
 }
 
-// Grapheme mode (OQ-1).
+// Grapheme mode (turns.md OQ-1).
 
 #[test]
 fn grapheme_mode_keeps_zwj_sequences_whole() {

@@ -174,7 +174,7 @@ pub(crate) fn install_shim(hermes_home: &Path) {
     write(&dst.join("manifest.json"), &manifest.to_string());
 }
 
-/// What a scenario changes in the §20.2 recipe.
+/// What a scenario changes in the hermes-host.md §20.2 recipe.
 #[derive(Debug, Clone)]
 pub(crate) struct GatewayOptions {
     /// `display.busy_input_mode` (`queue`, `interrupt` or `steer`).
@@ -208,7 +208,8 @@ pub(crate) fn config_yaml(model_base_url: &str, options: &GatewayOptions) -> Str
         .replace("{{busy_input_mode}}", options.busy_input_mode)
 }
 
-/// Starts a gateway in a fresh `HERMES_HOME` wired to `sim` and `model` (§20.2 defaults).
+/// Starts a gateway in a fresh `HERMES_HOME` wired to
+/// `sim` and `model` (hermes-host.md §20.2 defaults).
 pub(crate) fn start_gateway(sim: &SimHandle, model: &ModelServer) -> Gateway {
     start_gateway_with(sim, model, &GatewayOptions::default())
 }

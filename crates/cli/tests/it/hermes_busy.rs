@@ -421,7 +421,7 @@ fn shim_python(code: &str, env: &[(&str, &str)]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-/// A runner stub with every attribute §12.3 verifies.
+/// A runner stub with every attribute hermes-host.md §12.3 verifies.
 const FAKE_RUNNER: &str = r#"
 class Runner:
     _draining = False

@@ -370,8 +370,8 @@ async fn real_gateway_tool_turn_publishes_tool_state_and_a_trail() {
     let answer = format!("\n\nTool said: {tool_result}");
 
     // One turn: thinking → streaming (pre-tool speech) → tool → streaming → completed. The
-    // `thinking` republished when the last tool finishes (OQ-4) is coalesced away when the
-    // post-tool text comes within 250 ms.
+    // `thinking` republished when the last tool finishes (turns.md OQ-4) is coalesced away
+    // when the post-tool text comes within 250 ms.
     let turns = sc.turn_history(DEFAULT_CONVERSATION);
     let turn_id = turns[0]["turnId"].as_str().expect("a turn id").to_owned();
     assert!(
@@ -1009,8 +1009,8 @@ async fn real_gateway_cron_job_delivers_to_the_home_channel() {
         "the parts concatenate to the whole cron output, untruncated"
     );
     // Outside any turn the send resolves to no turn id (turns.md §7.6), so it is one
-    // standalone id group (§4.6, lead decision): part ids `<base>-part-i`, `groupId` = the
-    // base, no turn id, no trail, the cron job id kept in `metadata.hermes`.
+    // standalone id group (turns.md §4.6, lead decision): part ids `<base>-part-i`,
+    // `groupId` = the base, no turn id, no trail, the cron job id kept in `metadata.hermes`.
     let base = parts[0].1["metadata"]["messageChunk"]["groupId"]
         .as_str()
         .unwrap_or_else(|| sc.fail("the first part names its group"))
@@ -1447,7 +1447,8 @@ async fn answer_exec_approval(sc: &Scenario, command: &str, decision: &str) {
     assert_eq!(request["allowSessionRule"], true);
     assert_eq!(request["native"]["method"], "exec_approval");
     assert_eq!(request["native"]["requestId"], approval.id.as_str());
-    // Hermes' own approvals.timeout (60 s by default) bounds the Canon deadline (Q10).
+    // Hermes' own approvals.timeout (60 s by default)
+    // bounds the Canon deadline (hermes-host.md Q10).
     let span = approval.expires_at.saturating_sub(sc.sim.now_ms());
     assert!(span <= 61_000, "{span}");
     sc.wait("waiting_input", |s| {

@@ -1,9 +1,9 @@
 //! Blocking clarify and exec approval through the real `canon-hermes serve --stdio` against
-//! canon-sim (runtime-control.md §6.1–§6.5, hermes-host.md §13, §19.6–§19.7, Q2, Q10, turns.md
-//! §7.8 and OQ-3): the exact runtime-interaction request bodies, the `SendResult` right after
-//! creation, `waiting_input` then `tool`, typing paused and resumed, `clarify.resolve` with the
-//! answer text, `approval.resolve` with `session`, `once` or `deny`, the responder check, the
-//! cancel, deny and timeout paths, and the cancel when the turn ends.
+//! canon-sim (runtime-control.md §6.1–§6.5, hermes-host.md §13, §19.6–§19.7, Q2, Q10,
+//! turns.md §7.8 and OQ-3): the exact runtime-interaction request bodies, the `SendResult`
+//! right after creation, `waiting_input` then `tool`, typing paused and resumed,
+//! `clarify.resolve` with the answer text, `approval.resolve` with `session`, `once` or `deny`,
+//! the responder check, the cancel, deny and timeout paths, and the cancel when the turn ends.
 //!
 //! The simulator's clock follows the system time here: the daemon computes `expiresAt` from
 //! the real clock, as Canon expects.
@@ -303,7 +303,7 @@ async fn clarify_structured_answers_cancel_and_timeout_give_their_texts() {
     let body = resolved(&mut shim, "clarify.resolve", json!({"resolved": false})).await;
     assert_eq!(body["response"], "[user did not respond within 5m]");
 
-    // OQ-3: `tool` after every resolution, the turn stays open.
+    // `tool` after every resolution, the turn stays open (turns.md OQ-3).
     wait_tool_states(&sim, DEFAULT_CONVERSATION, 3).await;
     let states = turn_states(&sim, DEFAULT_CONVERSATION);
     assert_eq!(
@@ -582,8 +582,8 @@ async fn hermes_approval_timeout_bounds_the_canon_deadline_and_denies() {
     );
     assert_eq!(request["body"]["choice"], "deny");
     shim.answer(&request, json!({"resolved": 0})).await;
-    // The Canon deadline is Hermes' own wait (Q10): the last consume finds it expired, or the
-    // daemon's cancel consume closed it.
+    // The Canon deadline is Hermes' own wait (hermes-host.md Q10): the last consume finds it
+    // expired, or the daemon's cancel consume closed it.
     sim.wait_for("closed", WAIT, |s| {
         s.interactions
             .values()

@@ -212,8 +212,8 @@ async fn trusted_only_images_are_hidden_and_the_pdf_is_listed() {
         PDF,
     );
     assert_eq!(event["message_type"], "document");
-    // No registry (§8.4 is not built): the hidden image is reported as withheld, and the marker
-    // replaces the labels, so the image's name never reaches the model's text.
+    // No registry (runtime-control.md §8.4 is not built): the hidden image is reported as withheld,
+    // and the marker replaces the labels, so the image's name never reaches the model's text.
     assert_eq!(event["text"], IMAGE_WITHHELD);
     // The image was never written.
     assert_eq!(files_in(&dir).len(), 1);

@@ -1,10 +1,10 @@
 //! Outbound media through the real `canon-hermes serve --stdio` against canon-sim
 //! (hermes-host.md §8.3, §15, §19.6; canon-wire.md §4.4, §7.4; turns.md §7.6 media row and
-//! OQ-6): an image file in an open turn is one upload and one durable `turn_complete` under the
-//! turn's ordinal id, replayed without a duplicate after an ambiguous failure; a document out of
-//! turn is a standalone id group with the attachment on the final part; a file above 10 MiB is
-//! refused with nothing uploaded; `standalone.send` uploads its `media_files` onto the final
-//! part; a silenced turn answers success and writes nothing.
+//! turns.md OQ-6): an image file in an open turn is one upload and one durable `turn_complete`
+//! under the turn's ordinal id, replayed without a duplicate after an ambiguous failure; a
+//! document out of turn is a standalone id group with the attachment on the final part; a file
+//! above 10 MiB is refused with nothing uploaded; `standalone.send` uploads its `media_files`
+//! onto the final part; a silenced turn answers success and writes nothing.
 
 use std::path::{Path, PathBuf};
 

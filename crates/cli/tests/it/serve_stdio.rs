@@ -321,8 +321,8 @@ async fn accepted_steer_lifts_the_no_reply_silence() {
     assert_eq!(shim.close().await, Some(0));
 }
 
-/// `turn.accepted` (a dequeued follow-up, OQ-18) answers the follow-up's own turn id, and the
-/// follow-up's final lands under it (hermes-host.md §19.6, additive).
+/// `turn.accepted` (a dequeued follow-up, turns.md OQ-18) answers the follow-up's own turn
+/// id, and the follow-up's final lands under it (hermes-host.md §19.6, additive).
 #[tokio::test(flavor = "multi_thread")]
 async fn turn_accepted_answers_the_follow_ups_turn_id() {
     let sim = sim().await;

@@ -1,5 +1,5 @@
-//! Tests for the held buffer: the §9.3 worked example, label hostility, every
-//! bound, and a property that the bounds always hold.
+//! Tests for the held buffer: the turns.md §9.3 worked example, label
+//! hostility, every bound, and a property that the bounds always hold.
 
 use proptest::prelude::*;
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
-//! Tests for the §9.1 pipeline: each step's stop condition in order, the
-//! buffer round trip, dedupe window and the event fields (the reply
-//! authority's own checks live in canon-wire's `authority.rs`).
+//! Tests for the turns.md §9.1 pipeline: each step's stop condition in
+//! order, the buffer round trip, dedupe window and the event fields (the
+//! reply authority's own checks live in canon-wire's `authority.rs`).
 
 use proptest::prelude::*;
 use serde_json::{json, Value};

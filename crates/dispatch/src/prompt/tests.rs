@@ -1,5 +1,5 @@
-//! Tests for the channel prompt (§9.4), inbound text (§9.1 step 8) and the
-//! chat name and type.
+//! Tests for the channel prompt (turns.md §9.4), inbound text
+//! (turns.md §9.1 step 8) and the chat name and type.
 
 use serde_json::{json, Value};
 

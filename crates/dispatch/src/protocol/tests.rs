@@ -144,8 +144,8 @@ fn turn_state_fixture_matches_backend_contracts_exactly() {
     }
 }
 
-/// One row of the §9.2 fallback table: sender, metadata, expected allow,
-/// semantics and reason string.
+/// One row of the turns.md §9.2 fallback table: sender, metadata,
+/// expected allow, semantics and reason string.
 fn check(sender: Option<&str>, metadata: Value, allow: bool, semantics: &str, reason: &str) {
     let d = should_trigger_agent_turn(sender, Some(&metadata));
     assert_eq!(

@@ -1,5 +1,5 @@
-//! Tests for compaction and the bounded final trail: the §3.8 example blocks,
-//! each cut rule, both bounds, the metadata guard, and properties.
+//! Tests for compaction and the bounded final trail: the turns.md §3.8 example
+//! blocks, each cut rule, both bounds, the metadata guard, and properties.
 
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};

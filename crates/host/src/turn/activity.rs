@@ -16,12 +16,12 @@ use serde_json::Value;
 /// Cap on blocks kept per turn (our number; see the module doc).
 pub(crate) const MAX_ACTIVITY_BLOCKS: usize = 256;
 
-/// Cap on a tool title, in code points, cut without an ellipsis (turns.md
-/// §5.3).
+/// Cap on a tool title, in code points, cut without an ellipsis
+/// (turns.md §5.3).
 const TOOL_TITLE_CHARS: usize = 80;
 
-/// Cap on previews of tool args, results and subagent summaries (turns.md
-/// §5.3).
+/// Cap on previews of tool args, results and subagent summaries
+/// (turns.md §5.3).
 const PREVIEW_CHARS: usize = 280;
 
 /// Cap on a subagent title (turns.md §5.3).

@@ -135,9 +135,9 @@ pub enum NoReplyOutcome {
 }
 
 impl NoReplyOutcome {
-    /// The tool result string in Hermes' envelope (runtime-control.md §2,
-    /// §4.10): `{"success":true,"status":"acknowledged","conversationId",
-    /// "note"}` or `{"error":…,"success":false}`.
+    /// The tool result string in Hermes' envelope (runtime-control.md §2, §4.10):
+    /// `{"success":true,"status":"acknowledged","conversationId", "note"}` or
+    /// `{"error":…,"success":false}`.
     pub fn tool_result(&self) -> String {
         let value = match self {
             NoReplyOutcome::Acknowledged { conversation_id } => serde_json::json!({
@@ -233,8 +233,8 @@ pub enum Effect {
     },
 }
 
-/// `on_processing_start` (E1) or a queued follow-up dequeued inside a
-/// running session (turns.md §10.3, OQ-18).
+/// `on_processing_start` (turns.md §7.3 E1) or a queued follow-up
+/// dequeued inside a running session (turns.md §10.3, OQ-18).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessingStart {
     /// The host request to answer.
@@ -264,11 +264,11 @@ pub struct ProcessingStart {
 /// Hermes' processing outcome (hermes-host.md §8.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
-    /// The run finished (E12).
+    /// The run finished (turns.md §7.3 E12).
     Success,
-    /// The run failed (E14).
+    /// The run failed (turns.md §7.3 E14).
     Failure,
-    /// The run was cancelled (E13).
+    /// The run was cancelled (turns.md §7.3 E13).
     Cancelled,
 }
 
@@ -289,9 +289,9 @@ pub struct HostSend {
     /// optional `canon_options` / `canon_metadata` objects).
     pub metadata: Map<String, Value>,
     /// Fresh randomness in case a turn id must be allocated, or, for a
-    /// durable send with no turn id, for its standalone id group (turns.md
-    /// §4.6). The driver draws a new value for every call, so two sends
-    /// never share ids.
+    /// durable send with no turn id, for its standalone id group
+    /// (turns.md §4.6). The driver draws a new value for every call, so
+    /// two sends never share ids.
     pub random: u128,
 }
 
@@ -423,8 +423,8 @@ pub struct HostMedia {
     pub random: u128,
 }
 
-/// An open turn the shim reports after a daemon respawn (hermes-host.md
-/// §19.10).
+/// An open turn the shim reports after a daemon respawn
+/// (hermes-host.md §19.10).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResyncTurn {
     /// The session key.
@@ -470,11 +470,11 @@ pub struct DeliveryFailure {
 /// Everything the machine reacts to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
-    /// `turn.start` (E1).
+    /// `turn.start` (turns.md §7.3 E1).
     ProcessingStart(ProcessingStart),
-    /// `turn.accepted {phase:"queue_dequeue"}`: a turn boundary (OQ-18).
-    /// Answered at once with the follow-up's turn id; the boundary itself
-    /// waits for the follow-up's first output (see the module doc).
+    /// `turn.accepted {phase:"queue_dequeue"}`: a turn boundary (turns.md OQ-18).
+    /// Answered at once with the follow-up's turn id; the boundary itself waits
+    /// for the follow-up's first output (see the module doc).
     QueueDequeued {
         /// The dequeued follow-up.
         start: ProcessingStart,
@@ -482,7 +482,7 @@ pub enum Input {
         /// the previous turn closes as cancelled.
         interrupted: bool,
     },
-    /// `turn.complete` (E12–E14).
+    /// `turn.complete`: processing completed, cancelled or failed (turns.md §7.3 E12–E14).
     ProcessingComplete {
         /// The host request to answer once the closing state is published.
         request: RequestId,
@@ -508,30 +508,30 @@ pub enum Input {
         /// The event.
         event: ActivityEvent,
     },
-    /// A clarify or blocking approval was created for the turn (E7).
+    /// A clarify or blocking approval was created for the turn (turns.md §7.3 E7).
     WaitingInput {
         /// The task-local session key.
         session_key: Option<String>,
         /// The chat.
         conversation_id: String,
     },
-    /// The HITL wait resolved, positively or not (E8, E9 with OQ-3).
+    /// The HITL wait resolved, positively or not (turns.md §7.3 E8, E9 with OQ-3).
     InputResolved {
         /// The task-local session key.
         session_key: Option<String>,
         /// The chat.
         conversation_id: String,
     },
-    /// The `no_reply` action (E10).
+    /// The `no_reply` action (turns.md §7.3 E10).
     NoReply(NoReplyRequest),
-    /// An interleave steer was accepted by the running agent (E11).
+    /// An interleave steer was accepted by the running agent (turns.md §7.3 E11).
     SteerAccepted {
         /// The session key.
         session_key: Option<String>,
         /// The chat.
         conversation_id: String,
     },
-    /// `send_typing` / `stop_typing` (E15).
+    /// `send_typing` / `stop_typing` (turns.md §7.3 E15).
     Typing {
         /// The chat.
         conversation_id: String,

@@ -85,7 +85,7 @@ fn twenty_kilobyte_answer_is_one_turn_complete() {
         assert_eq!(part.metadata["messageChunk"]["index"], index + 1);
         assert_eq!(part.metadata["messageChunk"]["groupId"], base.as_str());
     }
-    // The answer's own speech block is stripped from a chunked final (§3.7).
+    // The answer's own speech block is stripped from a chunked final (turns.md §3.7).
     assert!(!parts[5].metadata.contains_key("turnTrail"));
     // A failed flush still closes the turn exactly once.
     let after = machine.handle(failed(1, FailureClass::Ambiguous), 3);

@@ -44,7 +44,7 @@ fn send_replying(
     })
 }
 
-/// The opening of `T1` for `m1` with a streamed, not yet finalized answer.
+/// The opening of the first turn (`rand(1)`) for `m1` with a streamed, not yet finalized answer.
 fn streaming_first_turn() -> Vec<Step> {
     vec![
         (

@@ -216,9 +216,9 @@ fn concurrent_group_turns_are_keyed_by_session() {
             send_with(3, Some(bob), "For Bob", json!({"expect_edits": true})),
             &["turn streaming T2 q=0", "reply r3 preview T2"],
         ),
-        // No session and two open turns: treated as turn-less (§7.6), so
-        // a plain send is durable immediately under its own standalone id
-        // group (§4.6).
+        // No session and two open turns: treated as turn-less
+        // (turns.md §7.6), so a plain send is durable immediately under
+        // its own standalone id group (turns.md §4.6).
         (
             3,
             send_with(4, None, "Who?", Value::Null),
@@ -285,8 +285,8 @@ fn disconnect_drops_everything() {
     assert_eq!(machine.open_turn(S1), None);
 }
 
-/// OQ-8: verbosity is resolved at turn open and frozen; an explicit
-/// configuration wins over the conversation type.
+/// Verbosity is resolved at turn open and frozen (turns.md OQ-8);
+/// an explicit configuration wins over the conversation type.
 #[test]
 fn verbosity_is_frozen_per_turn() {
     let config = TurnConfig {

@@ -33,8 +33,8 @@ fn deliveries(effects: &[Effect]) -> Vec<Delivery> {
         .collect()
 }
 
-/// OQ-6: media in an open turn is its own durable `turn_complete` with the
-/// turn id and the peeked trail, under the id of the turn's next ordinal;
+/// turns.md OQ-6: media in an open turn is its own durable `turn_complete` with
+/// the turn id and the peeked trail, under the id of the turn's next ordinal;
 /// its success consumes the activity, and the final takes the ordinal after.
 #[test]
 fn media_in_an_open_turn_is_its_own_turn_complete_under_the_next_ordinal() {

@@ -323,8 +323,8 @@ proptest! {
                         let is_media = !last.attachments.is_empty();
                         prop_assert!(d.parts[..d.parts.len() - 1].iter().all(|p| p.attachments.is_empty()));
                         if let (true, Some(_)) = (is_media, d.turn_id.as_ref()) {
-                            // OQ-6: media is its own turn_complete under a
-                            // fresh ordinal id of its turn, never reused.
+                            // turns.md OQ-6: media is its own turn_complete under
+                            // a fresh ordinal id of its turn, never reused.
                             let id = last.message_id.clone().expect("a media id");
                             prop_assert!(media_ids.insert(id.clone()), "media id {} reused", id);
                         } else if let Some(turn) = d.turn_id.clone() {

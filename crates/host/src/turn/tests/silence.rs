@@ -59,7 +59,7 @@ fn steer_lifts_silence() {
     ]);
 }
 
-/// OQ-9 support: the driver can ask whether a call's turn is silenced.
+/// Support for turns.md OQ-9: the driver can ask whether a call's turn is silenced.
 #[test]
 fn silence_is_queryable_per_turn() {
     let mut machine = TurnMachine::new(TurnConfig::default());

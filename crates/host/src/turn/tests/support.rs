@@ -22,7 +22,7 @@ pub(super) fn turn_id(n: u8) -> String {
     canon_chunking::ids::turn_id_from_random(rand(n))
 }
 
-/// `text` with the turn ids of `rand(1)` to `rand(15)` shortened to `T1` to `Tf`.
+/// `text` with the turn ids of `rand(1)` to `rand(15)` shortened to `T` and the hex digit of n.
 pub(super) fn short(text: &str) -> String {
     let mut out = text.to_owned();
     for n in 1..16u8 {

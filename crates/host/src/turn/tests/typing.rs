@@ -49,7 +49,7 @@ fn waiting_input_pauses_typing_and_heartbeat() {
                 "typing.pause conv-1",
             ],
         ),
-        // A negative resolution also publishes `tool` (OQ-3).
+        // A negative resolution also publishes `tool` (turns.md OQ-3).
         (
             5_000_003,
             resolved(),
