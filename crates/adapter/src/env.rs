@@ -5,14 +5,9 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
-
-/// The epoch-ms deadline `timeout` from now.
-pub(crate) fn expires_at(timeout: Duration) -> u64 {
-    now_ms().saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// An empty JSON object, the body of a bare success answer.
 pub(crate) fn empty() -> Value {

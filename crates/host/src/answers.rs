@@ -10,6 +10,23 @@ use crate::protocol::{
 };
 use crate::turn::{HostReply, Outcome, SendOutcome};
 
+/// The answer to a media send whose upload failed: a standalone send's
+/// `Canon standalone send failed: …` text, or a failed `SendResult` Hermes
+/// does not retry.
+pub fn upload_failed(standalone: bool, error: String) -> HostReply {
+    if standalone {
+        HostReply::Standalone(Err(format!(
+            "{}{error}",
+            crate::turn::STANDALONE_ERROR_PREFIX
+        )))
+    } else {
+        HostReply::Send(SendOutcome::Failed {
+            error,
+            retryable: false,
+        })
+    }
+}
+
 /// The response body of a turn-machine answer: a `SendResult` for a send
 /// or edit, the turn id for `turn.start` and `turn.accepted`, `{}` for
 /// `turn.complete` and `resync`, the tool result for `no_reply`, and
@@ -110,6 +127,23 @@ mod tests {
 
     use super::*;
     use crate::turn::NoReplyOutcome;
+
+    #[test]
+    fn a_failed_upload_is_answered_in_the_senders_terms() {
+        assert_eq!(
+            reply_body(upload_failed(true, "file too large".into())),
+            json!({"error": "Canon standalone send failed: file too large"})
+        );
+        let send = reply_body(upload_failed(false, "file too large".into()));
+        assert_eq!(
+            (
+                send["success"].clone(),
+                send["error"].clone(),
+                send["retryable"].clone()
+            ),
+            (json!(false), json!("file too large"), json!(false))
+        );
+    }
 
     #[test]
     fn every_reply_has_its_response_body() {

@@ -175,6 +175,22 @@ pub struct Session {
     next_daemon_id: u64,
     /// The exit code once a handshake refused the protocol version.
     pub exit_code: Option<i32>,
+    /// The generation of the latest conversation re-fetch; a result from
+    /// another generation is stale (superseded, or from a stopped
+    /// connection).
+    refetch_generation: u64,
+}
+
+/// What a finished conversation re-fetch means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefetchStep {
+    /// From a superseded re-fetch or a stopped connection: dropped.
+    Stale,
+    /// The cache now holds the fresh list (republish the signal pass's set).
+    Replaced,
+    /// The re-fetch failed: reconnect the event stream, whose cursor moved
+    /// (canon-wire.md §5.3).
+    Reconnect,
 }
 
 impl Default for Session {
@@ -196,6 +212,7 @@ impl Default for Session {
             sessions: HashMap::new(),
             next_daemon_id: 0,
             exit_code: None,
+            refetch_generation: 0,
         }
     }
 }
@@ -511,6 +528,65 @@ impl Session {
         Handled::Effects(effects)
     }
 
+    /// A conversation re-fetch starts: its generation (any earlier one in
+    /// flight is superseded).
+    pub fn start_refetch(&mut self) -> u64 {
+        self.refetch_generation += 1;
+        self.refetch_generation
+    }
+
+    /// The connection's loops stopped: a re-fetch result already on its
+    /// way is stale from now on.
+    pub fn stop_refetch(&mut self) {
+        self.refetch_generation += 1;
+    }
+
+    /// A re-fetch of generation `generation` finished.
+    pub fn refetched(
+        &mut self,
+        generation: u64,
+        result: Result<Vec<Conversation>, String>,
+    ) -> RefetchStep {
+        if generation != self.refetch_generation {
+            tracing::debug!("dropped a stale conversation re-fetch");
+            return RefetchStep::Stale;
+        }
+        match result {
+            Ok(conversations) => {
+                tracing::debug!(
+                    conversations = conversations.len(),
+                    "conversations re-fetched"
+                );
+                self.conversations.replace(conversations);
+                RefetchStep::Replaced
+            }
+            Err(error) => {
+                tracing::warn!(%error, "conversation re-fetch failed; reconnecting the event stream");
+                RefetchStep::Reconnect
+            }
+        }
+    }
+
+    /// A media send into a turn that `no_reply` silenced is answered at
+    /// once with success and nothing is uploaded: the reply, or `None` to
+    /// upload.
+    pub fn silenced_media(
+        &mut self,
+        request: RequestId,
+        session_key: Option<&str>,
+        conversation_id: &str,
+    ) -> Option<SessionEffect> {
+        if !self.machine.is_silenced(session_key, conversation_id) {
+            return None;
+        }
+        let turn_id = session_key
+            .and_then(|k| self.machine.open_turn(k))
+            .unwrap_or_default()
+            .to_owned();
+        let reply = HostReply::Send(turn::SendOutcome::Silenced { turn_id });
+        self.reply_line(request, reply).map(SessionEffect::Reply)
+    }
+
     /// Whether a standalone send resolves to a conversation (its own
     /// target, the configured home channel or the environment's).
     fn standalone_has_target(
@@ -696,5 +772,6 @@ pub fn error_frame(id: &str, re: &str, code: ErrorCode, message: String) -> Sess
     SessionEffect::Frame(protocol::encode_response(id, re, Err(&error)))
 }
 
+pub mod interactions;
 #[cfg(test)]
 mod tests;

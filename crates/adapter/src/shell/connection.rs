@@ -162,7 +162,7 @@ impl Driver {
             refetch.abort();
         }
         // A result already on its way is stale from now on.
-        self.refetch_id += 1;
+        self.session.stop_refetch();
     }
 
     /// Re-fetches `GET /conversations` on a task of its own after
@@ -176,8 +176,7 @@ impl Driver {
         if let Some(previous) = self.refetch.take() {
             previous.abort();
         }
-        self.refetch_id += 1;
-        let id = self.refetch_id;
+        let id = self.session.start_refetch();
         let tx = self.refetch_tx.clone();
         let task = tokio::spawn(async move {
             let result = client.list_conversations().await;
@@ -190,36 +189,20 @@ impl Driver {
     /// a failure is logged and the stream reconnects with its new cursor
     /// (canon-wire.md §5.3). Stale results are dropped.
     pub(super) fn on_refetched(&mut self, refetched: Refetched) {
-        if refetched.id != self.refetch_id {
-            tracing::debug!("dropped a stale conversation re-fetch");
-            return;
-        }
-        self.refetch = None;
-        match refetched.result {
-            Ok(conversations) => {
-                tracing::debug!(
-                    conversations = conversations.len(),
-                    "conversations re-fetched"
-                );
-                self.replace_conversations(conversations);
+        let result = refetched.result.map_err(|error| error.to_string());
+        match self.session.refetched(refetched.id, result) {
+            RefetchStep::Stale => {}
+            RefetchStep::Replaced => {
+                self.refetch = None;
+                self.publish_signal_ids();
             }
-            Err(error) => {
-                tracing::warn!(%error, "conversation re-fetch failed; reconnecting the event stream");
+            RefetchStep::Reconnect => {
+                self.refetch = None;
                 if let Some(stream) = &self.stream {
                     stream.reconnect();
                 }
             }
         }
-    }
-
-    /// Replaces the conversation cache with a fresh `GET /conversations`
-    /// list and republishes the signal pass's key set (canon-wire.md §4.2).
-    pub(super) fn replace_conversations(
-        &mut self,
-        conversations: Vec<canon_wire::types::Conversation>,
-    ) {
-        self.session.conversations.replace(conversations);
-        self.publish_signal_ids();
     }
 
     /// A `runtime.control` doorbell: consume that conversation's signal now,

@@ -1,22 +1,11 @@
 //! Hermes' blocking clarify and exec approval as Canon runtime
-//! interactions: the request is built by `canon_host::hitl`, the table of
-//! open ones is `canon_host::hitl::table`; this file starts and cancels
-//! their poll tasks and carries out what they report.
+//! interactions: `canon_host::session::interactions` decides what Canon is
+//! asked and opens the table entry (`canon_host::hitl::table`); this file
+//! starts and cancels their poll tasks and carries out what they report.
 
 use super::*;
 
 impl Driver {
-    /// The responder of a blocking HITL request (runtime-control.md §6.1):
-    /// the turn's recorded responder, else the trusted user of the call's
-    /// Canon context; when both exist and differ, the recorded one.
-    pub(super) fn responder_for(
-        &self,
-        session_key: &str,
-        ctx: &protocol::TurnContext,
-    ) -> Option<String> {
-        hitl::table::responder(self.session.machine.responder(session_key), ctx)
-    }
-
     /// `adapter.send_clarify` (runtime-control.md §6.4).
     pub(super) async fn send_clarify(
         &mut self,
@@ -29,33 +18,10 @@ impl Driver {
                 .await;
             return;
         };
-        let timeout = self.config.clarify_timeout;
-        let responder = self.responder_for(&clarify.session_key, &clarify.ctx);
-        let request = hitl::clarify_request(&hitl::ClarifyAsk {
-            conversation_id: &clarify.chat_id,
-            clarify_id: &clarify.clarify_id,
-            question: &clarify.question,
-            choices: clarify.choices.as_deref().unwrap_or_default(),
-            responder,
-            session_key: &clarify.session_key,
-            expires_at: expires_at(timeout),
-        });
-        let consume = ConsumeInteraction {
-            kind: InteractionKind::Input,
-            conversation_id: clarify.chat_id.clone(),
-            id: clarify.clarify_id.clone(),
-            cancel: false,
-        };
-        let entry = HitlEntry::new(
-            clarify.session_key,
-            clarify.chat_id,
-            HitlKind::Clarify {
-                clarify_id: clarify.clarify_id,
-            },
-        );
-        let request = InteractionRequest::Input(request);
-        self.start_hitl(client, id, re, entry, request, consume, timeout)
-            .await;
+        let start = self
+            .session
+            .clarify(clarify, self.config.clarify_timeout, now_ms());
+        self.start_hitl(client, id, re, start).await;
     }
 
     /// `adapter.send_exec_approval` (runtime-control.md §6.2, §6.3, §6.5,
@@ -71,41 +37,13 @@ impl Driver {
                 .await;
             return;
         };
-        let timeout = hitl::approval_timeout(
+        let start = self.session.exec_approval(
+            approval,
             self.config.approval_timeout,
-            self.session.host_approvals_timeout,
+            now_ms(),
+            random_u128(),
         );
-        let approval_id = format!("hermes-{:020x}", random_u128() & ((1u128 << 80) - 1));
-        let responder = self.responder_for(&approval.session_key, &approval.ctx);
-        let request = hitl::approval_request(&hitl::ApprovalAsk {
-            conversation_id: &approval.chat_id,
-            approval_id: &approval_id,
-            command: approval.command.expose(),
-            description: approval.description.as_deref(),
-            responder,
-            owner_id: self.session.agent.owner_id.as_deref(),
-            allow_session: approval.allow_session.unwrap_or(true),
-            smart_denied: approval.smart_denied,
-            session_key: &approval.session_key,
-            expires_at: expires_at(timeout),
-        });
-        let consume = ConsumeInteraction {
-            kind: InteractionKind::Approval,
-            conversation_id: approval.chat_id.clone(),
-            id: approval_id,
-            cancel: false,
-        };
-        let entry = HitlEntry::new(
-            approval.session_key,
-            approval.chat_id,
-            HitlKind::Approval {
-                expected: request.response_user_id.clone(),
-                allow_session: request.allow_session_rule,
-            },
-        );
-        let request = InteractionRequest::Approval(request);
-        self.start_hitl(client, id, re, entry, request, consume, timeout)
-            .await;
+        self.start_hitl(client, id, re, start).await;
     }
 
     /// The Canon client for a blocking HITL request: `None` unless
@@ -114,20 +52,23 @@ impl Driver {
         self.client.clone().filter(|_| self.session.connected)
     }
 
-    /// Opens a HITL entry and spawns its task.
-    #[allow(clippy::too_many_arguments)]
+    /// Spawns the task of an opened HITL entry, or answers that too many
+    /// are open (`start` is `None`).
     pub(super) async fn start_hitl(
         &mut self,
         client: CanonClient,
         id: String,
         re: &'static str,
-        entry: HitlEntry,
-        request: InteractionRequest,
-        consume: ConsumeInteraction,
-        timeout: Duration,
+        start: Option<HitlStart>,
     ) {
-        let conversation_id = entry.conversation_id.clone();
-        let Some(key) = self.session.hitl.open(entry) else {
+        let Some(HitlStart {
+            key,
+            conversation_id,
+            request,
+            consume,
+            timeout,
+        }) = start
+        else {
             self.respond_send(&id, re, hitl::table::too_many()).await;
             return;
         };

@@ -18,18 +18,11 @@ impl Driver {
     ) {
         let request = self.session.register(id, re);
         let session_key = media.ctx.session_key.clone();
-        if self
-            .session
-            .machine
-            .is_silenced(session_key.as_deref(), &media.chat_id)
+        if let Some(answer) =
+            self.session
+                .silenced_media(request, session_key.as_deref(), &media.chat_id)
         {
-            let turn_id = session_key
-                .as_deref()
-                .and_then(|k| self.session.machine.open_turn(k))
-                .unwrap_or_default()
-                .to_owned();
-            self.reply(request, HostReply::Send(SendOutcome::Silenced { turn_id }))
-                .await;
+            self.perform(vec![answer]).await;
             return;
         }
         let client = match self.client() {
@@ -133,17 +126,7 @@ impl Driver {
         error: String,
     ) {
         tracing::warn!(%error, "outbound media not sent");
-        let reply = if standalone {
-            HostReply::Standalone(Err(format!(
-                "{}{error}",
-                canon_host::turn::STANDALONE_ERROR_PREFIX
-            )))
-        } else {
-            HostReply::Send(SendOutcome::Failed {
-                error,
-                retryable: false,
-            })
-        };
+        let reply = canon_host::answers::upload_failed(standalone, error);
         self.reply(request, reply).await;
     }
 

@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 use canon_dispatch::protocol::DeliveryIntent;
 use canon_host::connect::{self, ConnectFailure};
 use canon_host::hitl;
-use canon_host::hitl::table::{HitlEntry, HitlKind};
 use canon_host::inbound::finish_inbound;
 use canon_host::media::{self};
 use canon_host::protocol::{
@@ -19,19 +18,18 @@ use canon_host::protocol::{
     ShimNotification, ShimRequest,
 };
 use canon_host::requests;
+use canon_host::session::interactions::HitlStart;
 use canon_host::session::{
-    ConnectFacts, Handled, InboundStep, RequestFacts, Session, SessionEffect, StreamStep,
-    UNSUPPORTED_SUFFIX,
+    ConnectFacts, Handled, InboundStep, RefetchStep, RequestFacts, Session, SessionEffect,
+    StreamStep, UNSUPPORTED_SUFFIX,
 };
 use canon_host::turn::{
-    Effect, HostMedia, HostReply, Input, MediaPayload, OpId, RequestId, SendOutcome,
-    StandaloneSend, TurnState,
+    Effect, HostMedia, HostReply, Input, MediaPayload, OpId, RequestId, StandaloneSend, TurnState,
 };
 use canon_transport::media::{MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
 use canon_transport::{CanonClient, ClientConfig, EventStream, TransportError};
-use canon_wire::types::{ConsumeInteraction, InteractionKind, InteractionRequest};
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
@@ -105,7 +103,6 @@ where
         status_tasks: JoinSet::new(),
         refetch_tx,
         refetch: None,
-        refetch_id: 0,
         media_dir,
         downloader: None,
         media_done: media_tx,
@@ -226,9 +223,6 @@ struct Driver {
     refetch_tx: mpsc::Sender<Refetched>,
     /// The re-fetch in flight, aborted when a newer one starts.
     refetch: Option<tokio::task::AbortHandle>,
-    /// The number of the latest re-fetch; a result carrying another number
-    /// is stale (superseded, or from a stopped connection) and dropped.
-    refetch_id: u64,
     /// `<CANON_HOME>/tmp`, absolute; `None` without a Canon home.
     media_dir: Option<PathBuf>,
     /// The guarded media downloader, built at the first connect.

@@ -494,3 +494,356 @@ fn stream_events_become_steps() {
     });
     assert_eq!(expired, (StreamStep::Refetch, false));
 }
+
+#[test]
+fn blocking_interactions_ask_the_turns_human_and_open_their_entry() {
+    use crate::hitl::table::MAX_HITL;
+    use crate::protocol::{AdapterSendClarify, AdapterSendExecApproval, TurnContext};
+    use canon_wire::secret::Secret;
+    use canon_wire::types::InteractionRequest;
+    use std::time::Duration;
+
+    let mut daemon = Daemon::connected();
+    let event = daemon.message("c1", "m1", "run it").expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let ctx = TurnContext {
+        platform: Some("canon".into()),
+        chat_id: Some("c1".into()),
+        user_id: Some("someone-else".into()),
+        ..TurnContext::default()
+    };
+    let approval = AdapterSendExecApproval {
+        chat_id: "c1".into(),
+        command: Secret::new("rm -rf build"),
+        session_key: session_key("c1"),
+        description: None,
+        metadata: None,
+        allow_permanent: false,
+        smart_denied: false,
+        allow_session: Some(true),
+        ctx: ctx.clone(),
+    };
+    let start = daemon
+        .session
+        .exec_approval(approval, Duration::from_secs(60), 5_000, 0xabc)
+        .expect("room in the table");
+    let InteractionRequest::Approval(request) = &start.request else {
+        panic!("an approval request: {start:?}");
+    };
+    assert_eq!(
+        request.response_user_id.as_deref(),
+        Some("u1"),
+        "the turn's human answers"
+    );
+    assert_eq!(request.expires_at, 65_000);
+    assert_eq!(start.consume.id, format!("hermes-{:020x}", 0xabc));
+    assert_eq!(start.timeout, Duration::from_secs(60));
+    assert_eq!(daemon.session.hitl.len(), 1);
+
+    let clarify = AdapterSendClarify {
+        chat_id: "c1".into(),
+        question: "Which branch?".into(),
+        choices: None,
+        clarify_id: "q1".into(),
+        session_key: session_key("c1"),
+        metadata: None,
+        ctx,
+    };
+    while daemon.session.hitl.len() < MAX_HITL {
+        let entry = crate::hitl::table::HitlEntry::new(
+            "other".into(),
+            "c9".into(),
+            crate::hitl::table::HitlKind::Clarify {
+                clarify_id: "x".into(),
+            },
+        );
+        daemon.session.hitl.open(entry);
+    }
+    assert_eq!(
+        daemon
+            .session
+            .clarify(clarify, Duration::from_secs(300), 5_000),
+        None,
+        "a full table refuses"
+    );
+}
+
+#[test]
+fn media_into_a_silenced_turn_is_answered_without_an_upload() {
+    let mut daemon = Daemon::connected();
+    let event = daemon.message("c1", "m1", "fyi").expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let key = session_key("c1");
+    let before = daemon.session.register("s:2".into(), "adapter.send_media");
+    assert_eq!(
+        daemon.session.silenced_media(before, Some(&key), "c1"),
+        None
+    );
+    let silence = daemon.request(
+        "s:3",
+        "tool.call",
+        json!({"name": "canon_runtime_control", "args": {"action": "no_reply", "reason": "nothing to add"},
+               "ctx": {"platform": "canon", "chat_id": "c1", "session_key": key}}),
+    );
+    assert_eq!(only(&silence, "reply "), ["reply s:3 tool.call"]);
+    let after = daemon.session.register("s:4".into(), "adapter.send_media");
+    let answer = daemon
+        .session
+        .silenced_media(after, Some(&key), "c1")
+        .expect("the turn is silenced");
+    assert_eq!(describe(&answer), "reply s:4 adapter.send_media");
+}
+
+#[test]
+fn only_the_latest_refetch_replaces_the_cache() {
+    let mut session = Session::default();
+    let list = |id: &str| Conversation::list_from(json!([{ "id": id }]));
+    let superseded = session.start_refetch();
+    let latest = session.start_refetch();
+    assert_eq!(
+        session.refetched(superseded, Ok(list("old"))),
+        RefetchStep::Stale
+    );
+    assert!(session.conversations.ids().is_empty());
+    assert_eq!(
+        session.refetched(latest, Ok(list("new"))),
+        RefetchStep::Replaced
+    );
+    assert_eq!(session.conversations.ids(), ["new"]);
+    let failing = session.start_refetch();
+    assert_eq!(
+        session.refetched(failing, Err("503".into())),
+        RefetchStep::Reconnect
+    );
+    let in_flight = session.start_refetch();
+    session.stop_refetch();
+    assert_eq!(
+        session.refetched(in_flight, Ok(list("late"))),
+        RefetchStep::Stale
+    );
+    assert_eq!(session.conversations.ids(), ["new"]);
+}
+
+impl Daemon {
+    /// A streamed delta (`expect_edits`), the way Hermes opens a bubble.
+    fn stream(&mut self, id: &str, conversation: &str, reply_to: &str, text: &str) -> Vec<String> {
+        let body = json!({"chat_id": conversation, "content": text, "reply_to": reply_to,
+            "metadata": {"expect_edits": true},
+            "ctx": {"platform": "canon", "chat_id": conversation, "session_key": session_key(conversation)}});
+        self.request(id, "adapter.send", body)
+    }
+
+    /// The finalizing edit of a streamed answer.
+    fn finalize(&mut self, id: &str, conversation: &str, text: &str) -> Vec<String> {
+        let body = json!({"chat_id": conversation, "message_id": "ignored", "content": text,
+            "finalize": true, "metadata": null,
+            "ctx": {"platform": "canon", "chat_id": conversation, "session_key": session_key(conversation)}});
+        self.request(id, "adapter.edit", body)
+    }
+
+    /// The deliveries among `lines`, with their parts.
+    fn deliveries(lines: &[String]) -> Vec<&str> {
+        only(lines, "deliver")
+    }
+}
+
+#[test]
+fn an_unsupported_protocol_is_refused_with_the_exit_code() {
+    let mut daemon = Daemon {
+        session: Session::default(),
+        now: 0,
+        draws: 0,
+    };
+    let refused = daemon.request(
+        "s:1",
+        "hello",
+        json!({"protocols": [99], "manifest_sha256": "", "shim_version": "", "binary_version": "",
+               "hermes_version": "", "python_version": "", "pid": 1, "hermes_home": "/"}),
+    );
+    assert_eq!(refused, ["answer s:1 hello error unsupported_protocol"]);
+    assert_eq!(daemon.session.exit_code, Some(EXIT_UNSUPPORTED_PROTOCOL));
+    assert!(!daemon.session.handshake_done);
+}
+
+#[test]
+fn a_streamed_answer_is_staged_then_delivered_once() {
+    let mut daemon = Daemon::connected();
+    let event = daemon
+        .message("c1", "m1", "what is two plus two")
+        .expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let opened = daemon.stream("s:2", "c1", "m1", "Two plus");
+    assert_eq!(only(&opened, "reply "), ["reply s:2 adapter.send"]);
+    let finalized = daemon.finalize("s:3", "c1", "Two plus two is four.");
+    assert!(
+        Daemon::deliveries(&finalized).is_empty(),
+        "staged, not yet durable"
+    );
+    let closing = daemon.complete("s:4", &event, "c1");
+    assert_eq!(
+        Daemon::deliveries(&closing),
+        ["deliver op1 c1 [turn_complete reply_to=m1 \"Two plus two is four.\"]"]
+    );
+}
+
+#[test]
+fn a_long_answer_is_one_delivery_of_ordered_parts_with_one_turn_complete() {
+    let mut daemon = Daemon::connected();
+    let event = daemon
+        .message("c1", "m1", "write a long essay")
+        .expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let answer: String = (0..300)
+        .map(|i| {
+            format!("Paragraph {i:03}: the quick brown fox jumps over the lazy dog again.\n\n")
+        })
+        .collect::<String>()
+        .trim_end()
+        .to_owned();
+    daemon.stream("s:2", "c1", "m1", &answer[..100]);
+    daemon.finalize("s:3", "c1", &answer);
+    let request = daemon.session.register("s:4".into(), "turn.complete");
+    let effects = daemon.session.feed(
+        Input::ProcessingComplete {
+            request,
+            session_key: session_key("c1"),
+            conversation_id: "c1".into(),
+            outcome: crate::turn::Outcome::Success,
+            queue_depth: 0,
+        },
+        daemon.now + 10,
+    );
+    let deliveries: Vec<&crate::turn::Delivery> = effects
+        .iter()
+        .filter_map(|e| match e {
+            SessionEffect::Canon(Effect::Deliver(d)) => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deliveries.len(), 1, "one durable operation");
+    let parts = &deliveries[0].parts;
+    assert!(parts.len() >= 6, "{} parts", parts.len());
+    let semantics: Vec<&str> = parts
+        .iter()
+        .map(|p| p.metadata["turnSemantics"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(semantics.last(), Some(&"turn_complete"));
+    assert!(semantics[..semantics.len() - 1]
+        .iter()
+        .all(|s| *s == "progress"));
+    assert!(parts.iter().all(|p| p.text.len() <= 3_800));
+    let squash = |s: &str| s.split_whitespace().collect::<String>();
+    let joined: String = parts.iter().map(|p| squash(&p.text)).collect();
+    assert_eq!(joined, squash(&answer), "parts arrive whole and in order");
+}
+
+#[test]
+fn no_reply_silences_the_turn_and_records_the_silence_without_the_reason() {
+    let mut daemon = Daemon::connected();
+    let event = daemon
+        .message("c1", "m1", "nothing to say here")
+        .expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let silence = daemon.request(
+        "s:2",
+        "tool.call",
+        json!({"name": "canon_runtime_control", "args": {"action": "no_reply", "reason": "secret model text"},
+               "ctx": {"platform": "canon", "chat_id": "c1", "session_key": session_key("c1")}}),
+    );
+    assert_eq!(only(&silence, "reply "), ["reply s:2 tool.call"]);
+    let records = only(&silence, "canon RecordNoReply");
+    assert_eq!(records.len(), 1, "{silence:?}");
+    assert!(records[0].contains("reason_given: true"));
+    assert!(
+        silence.iter().all(|l| !l.contains("secret model text")),
+        "the reason never leaves: {silence:?}"
+    );
+    daemon.send("s:3", "c1", "m1", "an answer after all");
+    let closing = daemon.complete("s:4", &event, "c1");
+    assert!(
+        Daemon::deliveries(&closing).is_empty(),
+        "a silenced turn posts nothing"
+    );
+}
+
+#[test]
+fn an_accepted_steer_lifts_the_no_reply_silence() {
+    use crate::protocol::{ShimNotification, SteeredNote};
+    let mut daemon = Daemon::connected();
+    let event = daemon
+        .message("c1", "m1", "nothing to say yet")
+        .expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    daemon.request(
+        "s:2",
+        "tool.call",
+        json!({"name": "canon_runtime_control", "args": {"action": "no_reply"},
+               "ctx": {"platform": "canon", "chat_id": "c1", "session_key": session_key("c1")}}),
+    );
+    let steer = requests::notification_input(ShimNotification::TurnSteered(SteeredNote {
+        session_key: session_key("c1"),
+        chat_id: "c1".into(),
+    }))
+    .expect("a turn input");
+    daemon.feed(steer);
+    daemon.send("s:3", "c1", "m1", "Steered answer.");
+    let closing = daemon.complete("s:4", &event, "c1");
+    assert_eq!(
+        Daemon::deliveries(&closing),
+        ["deliver op1 c1 [turn_complete reply_to=m1 \"Steered answer.\"]"]
+    );
+}
+
+#[test]
+fn a_dequeued_follow_up_gets_its_own_turn_and_answer() {
+    let mut daemon = Daemon::connected();
+    let first = daemon.message("c1", "m1", "first question").expect("wakes");
+    let started = daemon.turn_start("s:1", &first, "c1", "m1");
+    assert_eq!(only(&started, "turn "), ["turn thinking c1"]);
+    daemon.send("s:2", "c1", "m1", "First answer.");
+    let second = daemon
+        .message("c1", "m2", "second question")
+        .expect("wakes");
+    let accepted = daemon.request(
+        "s:3",
+        "turn.accepted",
+        json!({"event_ref": second, "session_key": session_key("c1"), "phase": "queue_dequeue",
+               "event": {"chat_id": "c1", "chat_type": "dm", "user_id": "u1", "message_id": "m2"}}),
+    );
+    assert_eq!(only(&accepted, "reply "), ["reply s:3 turn.accepted"]);
+    let follow_up = daemon.send("s:4", "c1", "m2", "Second answer.");
+    let boundary = Daemon::deliveries(&follow_up);
+    assert_eq!(
+        boundary,
+        ["deliver op1 c1 [turn_complete reply_to=m1 \"First answer.\"]"],
+        "the follow-up's first output closes the first turn with its own answer"
+    );
+    let closing = daemon.complete("s:5", &second, "c1");
+    assert_eq!(
+        Daemon::deliveries(&closing),
+        ["deliver op2 c1 [turn_complete reply_to=m2 \"Second answer.\"]"]
+    );
+}
+
+#[test]
+fn chat_info_before_connect_falls_back_to_the_id() {
+    let mut daemon = Daemon::connected();
+    let answer = daemon.session.request(
+        "s:1".into(),
+        ShimRequest::from_parts("adapter.chat_info", json!({"chat_id": "c-unknown"})).unwrap(),
+        FACTS,
+        0,
+        0,
+    );
+    let Handled::Effects(effects) = answer else {
+        panic!("answered by the session");
+    };
+    let [SessionEffect::Frame(line)] = effects.as_slice() else {
+        panic!("one frame: {effects:?}");
+    };
+    let value: Value = serde_json::from_str(line).unwrap();
+    assert_eq!(
+        value["body"],
+        json!({"name": "c-unknown", "type": "dm", "id": "c-unknown"})
+    );
+}
