@@ -11,7 +11,7 @@ use canon_transport::{CanonClient, DurableRequest, TransportError};
 use canon_wire::types::{delivered_message_id, DurableCall, NoReplyRecord};
 use tokio::sync::mpsc;
 
-use crate::config::*;
+use crate::config::{DISPOSITION_RETRY_DELAYS, MAX_DISPOSITION_RETRIES, NO_REPLY_RECORD_BUDGET};
 
 /// Work for the in-order worker.
 pub(crate) enum Job {

@@ -12,8 +12,8 @@ use canon_host::protocol::InboundMedia;
 use canon_transport::media::{safe_url, MediaDownloader};
 use serde_json::Value;
 
-use crate::config::*;
-use crate::env::*;
+use crate::config::HANDOFF_MAX_AGE;
+use crate::env::random_u128;
 
 /// Downloads, classifies and hands off a message's attachments in array
 /// order (runtime-control.md §8.3): the listed media and the §8.5 counts.

@@ -16,7 +16,7 @@ use canon_wire::types::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Interval, MissedTickBehavior};
 
-use crate::config::*;
+use crate::config::HITL_CREATE_BUDGET;
 
 /// Waits for the next tick of an optional interval; never, without one.
 pub(crate) async fn tick(interval: Option<&mut Interval>) {

@@ -1,4 +1,4 @@
-//! Small private helpers for reading untrusted JSON values and for cutting
+//! Small helpers for reading untrusted JSON values and for cutting
 //! strings by code point.
 //!
 //! Invariant: nothing here panics, whatever the shape of the input.
@@ -25,7 +25,7 @@ pub(crate) fn first_nonempty_str<'a>(value: &'a Value, keys: &[&str]) -> Option<
 
 /// Python truthiness of a JSON value (`null`, `false`, `0`, `""`, `[]` and
 /// `{}` are false).
-pub(crate) fn is_truthy(value: Option<&Value>) -> bool {
+pub fn is_truthy(value: Option<&Value>) -> bool {
     match value {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,

@@ -73,6 +73,6 @@ pub mod protocol;
 pub mod trail;
 pub mod verbosity;
 
-mod json;
+pub mod json;
 #[cfg(test)]
 mod test_support;

@@ -411,29 +411,10 @@ mod tests {
 
     #[test]
     fn finishing_a_message_applies_markers_type_and_demotion() {
-        let message = |text: &str| InboundMessage {
-            event_ref: "e:1".into(),
-            event: InboundEvent {
-                text: text.into(),
-                message_type: "text".into(),
-                source: EventSource {
-                    chat_id: "c".into(),
-                    chat_name: None,
-                    chat_type: "dm".into(),
-                    user_id: None,
-                    user_name: None,
-                    message_id: None,
-                    thread_id: None,
-                },
-                message_id: None,
-                reply_to_message_id: None,
-                media: Vec::new(),
-                channel_prompt: None,
-                channel_context: None,
-                metadata: InboundMetadata::default(),
-                raw: Opaque(Value::Null),
-                internal: false,
-            },
+        let message = |text: &str| {
+            let mut built = message("e:1");
+            built.event.text = text.into();
+            built
         };
         let pdf = InboundMedia {
             path: "/tmp/x.pdf".into(),

@@ -139,6 +139,7 @@ use canon_chunking::ids::{stable_final_message_id, turn_id_from_random, Ordinal,
 use canon_chunking::limits::METADATA_MAX_U16;
 use canon_chunking::metadata::json_u16_len;
 use canon_chunking::plan::{plan_answer, AnswerSpec, PartRole};
+use canon_dispatch::json::is_truthy;
 use canon_dispatch::trail::{final_turn_trail, live_blocks, TrailBlock};
 use canon_dispatch::verbosity::{
     resolve_turn_verbosity, should_publish_turn_trail, ConversationType, Verbosity, VerbosityConfig,
@@ -774,8 +775,8 @@ impl TurnMachine {
     // ----- sends and edits, in a turn or with none open (turns.md §7.3 E2–E4, §7.6) -----
 
     fn on_send(&mut self, send: HostSend, now: u64, out: &mut Vec<Effect>) {
-        let expect_edits = truthy(send.metadata.get("expect_edits"));
-        let notify = truthy(send.metadata.get("notify"));
+        let expect_edits = is_truthy(send.metadata.get("expect_edits"));
+        let notify = is_truthy(send.metadata.get("notify"));
         if let Some(key) = self.open_turn_key(send.session_key.as_deref(), &send.conversation_id) {
             if self.starts_follow_up(&key, &send, notify || expect_edits) {
                 self.boundary(&key, now, out);
@@ -1716,19 +1717,7 @@ impl Turn {
     /// verbose `/streaming` set, then `streaming`.
     fn stream_and_publish(&mut self, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
         self.tool_write_pending = false;
-        if self.verbosity == Verbosity::Verbose {
-            let text = self
-                .candidate
-                .as_ref()
-                .map(Candidate::durable_text)
-                .unwrap_or_default();
-            out.push(Effect::Streaming(StreamingUpdate::Set {
-                conversation_id: self.conversation_id.clone(),
-                turn_id: Some(self.id.clone()),
-                text: Some(text),
-                blocks: self.live_blocks(),
-            }));
-        }
+        out.extend(self.verbose_set());
         self.publish(TurnState::Streaming, None, config, now, out);
     }
 
@@ -1737,19 +1726,25 @@ impl Turn {
     /// state is published: the turn is still in its tool phase.
     fn revise_pre_tool_speech(&mut self, content: &str, out: &mut Vec<Effect>) {
         self.activity.revise_sealed_speech(content);
-        if self.verbosity == Verbosity::Verbose {
+        out.extend(self.verbose_set());
+    }
+
+    /// In a verbose turn, the live bubble's `/streaming` set: the staged
+    /// text and the live activity blocks.
+    fn verbose_set(&self) -> Option<Effect> {
+        (self.verbosity == Verbosity::Verbose).then(|| {
             let text = self
                 .candidate
                 .as_ref()
                 .map(Candidate::durable_text)
                 .unwrap_or_default();
-            out.push(Effect::Streaming(StreamingUpdate::Set {
+            Effect::Streaming(StreamingUpdate::Set {
                 conversation_id: self.conversation_id.clone(),
                 turn_id: Some(self.id.clone()),
                 text: Some(text),
                 blocks: self.live_blocks(),
-            }));
-        }
+            })
+        })
     }
 
     fn live_blocks(&self) -> Option<Vec<Value>> {
@@ -1772,19 +1767,7 @@ impl Turn {
     fn write_tool_activity(&mut self, config: TurnConfig, now: u64, out: &mut Vec<Effect>) {
         self.tool_write_pending = false;
         self.last_tool_write_ms = Some(now);
-        if self.verbosity == Verbosity::Verbose {
-            let text = self
-                .candidate
-                .as_ref()
-                .map(Candidate::durable_text)
-                .unwrap_or_default();
-            out.push(Effect::Streaming(StreamingUpdate::Set {
-                conversation_id: self.conversation_id.clone(),
-                turn_id: Some(self.id.clone()),
-                text: Some(text),
-                blocks: self.live_blocks(),
-            }));
-        }
+        out.extend(self.verbose_set());
         if self.state != TurnState::WaitingInput {
             let state = if self.activity.running_tools() > 0 {
                 TurnState::Tool
@@ -1971,9 +1954,6 @@ fn reply(request: RequestId, reply: HostReply) -> Effect {
     Effect::Reply { request, reply }
 }
 
-/// Python truthiness of a marker.
-/// Whether a host send answers a synthetic control event
-/// ([`CONTROL_EVENT_PREFIX`]), by `reply_to` or Hermes' reply metadata.
 /// Whether a send answers a Canon `interrupt` or `stop_and_drop` signal
 /// (the shim's synthetic `/stop`), as opposed to `new_session`.
 fn stop_signal_reply(send: &HostSend) -> bool {
@@ -1991,6 +1971,8 @@ fn stop_signal_reply(send: &HostSend) -> bool {
         )
 }
 
+/// Whether a host send answers a synthetic control event
+/// ([`CONTROL_EVENT_PREFIX`]), by `reply_to` or Hermes' reply metadata.
 fn replies_to_control_event(send: &HostSend) -> bool {
     let control = |id: Option<&str>| id.is_some_and(|id| id.starts_with(CONTROL_EVENT_PREFIX));
     control(send.reply_to.as_deref())
@@ -1999,17 +1981,6 @@ fn replies_to_control_event(send: &HostSend) -> bool {
                 .get("reply_to_message_id")
                 .and_then(Value::as_str),
         )
-}
-
-fn truthy(value: Option<&Value>) -> bool {
-    match value {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::Object(o)) => !o.is_empty(),
-    }
 }
 
 /// The session a send without a lifecycle turn is filed under: the

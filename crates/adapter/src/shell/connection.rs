@@ -3,6 +3,8 @@
 //! re-fetches.
 
 use super::*;
+use crate::config::{MAX_LOOP_INTERVAL, MIN_LOOP_INTERVAL};
+use crate::tasks::{consume_signal, poll_signals, publish_status, ConsumedSignal, Refetched};
 
 impl Driver {
     pub(super) async fn connect(&mut self, busy_handler: bool, extra: &Value) -> ConnectResult {

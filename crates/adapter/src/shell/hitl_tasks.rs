@@ -4,6 +4,9 @@
 //! starts and cancels their poll tasks and carries out what they report.
 
 use super::*;
+use crate::config::{MAX_LOOP_INTERVAL, MIN_LOOP_INTERVAL};
+use crate::env::{now_ms, random_u128};
+use crate::tasks::{run_hitl, HitlEvent};
 
 impl Driver {
     /// `adapter.send_clarify` (runtime-control.md §6.4).

@@ -3,6 +3,9 @@
 //! place in its conversation's lane.
 
 use super::*;
+use crate::env::random_u128;
+use crate::inbound_media::materialize;
+use crate::tasks::{AbortOnDrop, MediaDone, Uploaded};
 
 impl Driver {
     /// `adapter.send_media` (hermes-host.md §19.6): a silenced turn is

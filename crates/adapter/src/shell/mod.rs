@@ -36,13 +36,19 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
-use crate::canon::*;
-use crate::config::*;
-use crate::env::*;
-use crate::inbound_media::*;
+use crate::canon::{deliver, failure, run_jobs, DeliveryResult, Job};
+use crate::config::{
+    CHANNEL_FRAMES, EXIT_GRACE, HANDOFF_DIR, MAX_PENDING_INBOUND, MEDIA_CONCURRENCY, PARENT_CHECK,
+    SIGNAL_FRAMES,
+};
+use crate::env::{empty, now_ms};
+use crate::inbound_media::sweep_handoff_dir;
 use crate::outbound;
-use crate::stdio::*;
-use crate::tasks::*;
+use crate::stdio::{read_lines, write_lines, Line};
+use crate::tasks::{
+    process_exists, tick, ConsumedSignal, HitlEvent, MediaDone, Refetched, Uploaded,
+};
+use crate::Config;
 
 mod connection;
 mod hitl_tasks;

@@ -2,6 +2,8 @@
 //! session, the turn machine or an I/O helper, and the probe.
 
 use super::*;
+use crate::config::PROBE_VERIFY_BUDGET;
+use crate::env::{empty, now_ms, random_u128};
 
 impl Driver {
     pub(super) async fn on_request(&mut self, id: String, kind: String, body: Value) {
