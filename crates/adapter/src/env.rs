@@ -7,13 +7,6 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value};
-
-/// An empty JSON object, the body of a bare success answer.
-pub(crate) fn empty() -> Value {
-    Value::Object(Map::new())
-}
-
 /// Milliseconds since the Unix epoch (0 before it).
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use canon_host::hitl::table::HitlOutcome;
 use canon_host::protocol::InboundMessage;
-use canon_host::turn::{Input, RequestId};
+use canon_host::turn::RequestId;
 use canon_transport::client::{PollErrors, PollOutcome};
 use canon_transport::{CanonClient, TransportError};
 use canon_wire::types::{
@@ -44,12 +44,10 @@ pub(crate) fn process_exists(pid: u32) -> bool {
     )
 }
 
-/// A finished outbound upload: the machine input to feed, or the error to
-/// answer the registered request with.
+/// A finished outbound upload: the uploaded media, or the error's text.
 pub(crate) struct Uploaded {
     pub(crate) request: RequestId,
-    pub(crate) standalone: bool,
-    pub(crate) result: Result<Input, String>,
+    pub(crate) result: Result<canon_host::turn::MediaPayload, String>,
 }
 
 /// What a HITL task reports.

@@ -1,13 +1,14 @@
-//! The daemon's pure state between frames, and the decisions that need
-//! more than one piece of it: which shim request an answer belongs to, the
-//! turn a `turn.start` opens, the chat a `turn.complete` closes, and what a
-//! Canon `message.created` event becomes.
+//! The daemon's pure state between frames, and every decision it makes.
 //!
-//! The shell owns a [`Session`] and the I/O around it; every method here
-//! takes time and randomness as arguments and returns values (frames to
-//! write, machine inputs to feed, downloads to start). [`Session::request`]
-//! answers every shim request that needs no I/O and [`Session::feed`] runs
-//! the turn machine, both as [`SessionEffect`]s the shell performs in order.
+//! The shell owns a [`Session`] and the I/O around it, and hands it each
+//! thing that arrives through [`Session::handle`] (in `handle.rs`): time
+//! and randomness come in as arguments, and [`SessionEffect`]s go out —
+//! frames to write, Canon writes, and the I/O to run, whose results come
+//! back as further [`SessionInput`]s. The methods here are its building
+//! blocks: [`Session::request`] answers every shim request that needs no
+//! I/O, [`Session::feed`] runs the turn machine, and the rest decide which
+//! shim request an answer belongs to, the turn a `turn.start` opens, the
+//! chat a `turn.complete` closes and what a Canon event becomes.
 
 use std::collections::HashMap;
 
@@ -24,11 +25,14 @@ use crate::hitl::table::HitlTable;
 use crate::inbound::{self, EventTable, InboundLanes, PendingEvent};
 use crate::media::{MediaSettings, TrustedScope};
 use crate::protocol::{
-    self, ChatRef, ConnectResult, DaemonNotification, DaemonRequest, ErrorBody, ErrorCode,
-    EventSummary, HandshakePolicy, InboundMessage, OpenTurn, ShimRequest, ShimResponse,
-    EXIT_UNSUPPORTED_PROTOCOL,
+    self, AdapterSendMedia, ChatRef, ConnectResult, DaemonNotification, DaemonRequest, ErrorBody,
+    ErrorCode, EventSummary, HandshakePolicy, InboundMessage, OpenTurn, ProbeResult, ShimRequest,
+    ShimResponse, EXIT_UNSUPPORTED_PROTOCOL,
 };
 use crate::requests;
+pub use handle::{ConnectCall, Materialize, SessionConfig, SessionInput, MAX_PENDING_INBOUND};
+use interactions::HitlStart;
+
 use crate::turn::{
     self, Effect, HostEdit, HostReply, HostSend, Input, ProcessingStart, RequestId, StandaloneSend,
     TurnConfig, TurnMachine,
@@ -49,8 +53,80 @@ pub enum SessionEffect {
     /// A Canon write or durable delivery of the turn machine (never a
     /// `Reply`, `PauseTyping` or `ResumeTyping`, which become frames).
     Canon(Effect),
-    /// Cancel the open blocking interactions of a session (`None`: all).
-    CancelHitl(Option<String>),
+    /// Stop these blocking interactions' tasks (by table key): they stop
+    /// polling and cancel their interaction on Canon.
+    CancelHitl(Vec<u64>),
+    /// A blocking interaction's task ended: forget its cancel handle.
+    ForgetHitl(u64),
+    /// Create this blocking interaction on Canon and poll it; report
+    /// [`SessionInput::HitlCreated`], then [`SessionInput::HitlFinished`].
+    StartHitl {
+        /// The shim request waiting for the create.
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// What to create and poll.
+        start: Box<HitlStart>,
+    },
+    /// Answer this `probe` after one check of Canon (the environment when
+    /// one is configured, else `GET /agents/me`), with the check's error in
+    /// the result ([`handle::probe_answer`]).
+    VerifyProbe {
+        /// The request's id.
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// The result from the configuration.
+        result: Box<ProbeResult>,
+    },
+    /// Verify the environment when one is configured, then `GET
+    /// /agents/me` and `GET /conversations`; report
+    /// [`SessionInput::ConnectDone`].
+    Connect(ConnectCall),
+    /// The connect succeeded: stop the previous connection's loops, open
+    /// the event stream, start the signal pass and the status loop, and
+    /// publish the runtime status once.
+    OpenConnection,
+    /// Stop the signal pass, doorbell consumes, the status loop and any
+    /// re-fetch in flight, and close the event stream.
+    StopConnection,
+    /// The event stream is gone: forget it.
+    CloseStream,
+    /// Reconnect the event stream (its cursor moved).
+    ReconnectStream,
+    /// The signal pass now visits these conversations.
+    PublishConversations(Vec<String>),
+    /// Consume this conversation's runtime signal now (the doorbell);
+    /// report [`SessionInput::Signal`].
+    Ring(String),
+    /// Re-fetch `GET /conversations` as generation `n`, superseding one in
+    /// flight; report [`SessionInput::Refetched`].
+    Refetch(u64),
+    /// The current re-fetch reported (its task handle may go).
+    RefetchSettled,
+    /// Download a waking message's attachments.
+    Materialize(Box<Materialize>),
+    /// Upload the file of an `adapter.send_media`; report
+    /// [`SessionInput::Uploaded`].
+    UploadMedia {
+        /// The request.
+        request: RequestId,
+        /// What to upload (its `op`, `url` or `path`, name and type) and
+        /// where (`chat_id`).
+        media: Box<AdapterSendMedia>,
+    },
+    /// Upload the files of a standalone send into `target`; report
+    /// [`SessionInput::Uploaded`].
+    UploadStandalone {
+        /// The request.
+        request: RequestId,
+        /// The conversation.
+        target: String,
+        /// The local files, in order.
+        files: Vec<String>,
+        /// Send images as documents.
+        force_document: bool,
+    },
 }
 
 /// What the shell knows and a request needs.
@@ -179,6 +255,10 @@ pub struct Session {
     /// another generation is stale (superseded, or from a stopped
     /// connection).
     refetch_generation: u64,
+    /// What the configuration says.
+    config: SessionConfig,
+    /// Sends waiting for their uploads.
+    uploads: handle::Uploads,
 }
 
 /// What a finished conversation re-fetch means.
@@ -213,6 +293,8 @@ impl Default for Session {
             next_daemon_id: 0,
             exit_code: None,
             refetch_generation: 0,
+            config: SessionConfig::default(),
+            uploads: handle::Uploads::default(),
         }
     }
 }
@@ -465,9 +547,9 @@ impl Session {
             ShimRequest::TurnComplete(complete) => {
                 let request = self.register(id, re);
                 let conversation_id = self.complete(&complete.session_key, &complete.event_ref);
-                let mut effects = vec![SessionEffect::CancelHitl(Some(
-                    complete.session_key.clone(),
-                ))];
+                let mut effects = vec![SessionEffect::CancelHitl(
+                    self.hitl.cancel_session(Some(&complete.session_key)),
+                )];
                 effects.extend(self.feed(
                     Input::ProcessingComplete {
                         request,
@@ -498,17 +580,7 @@ impl Session {
                 if send.media_files.is_empty() || !self.standalone_has_target(&send, facts) =>
             {
                 let request = self.register(id, re);
-                let standalone = StandaloneSend {
-                    request,
-                    chat_id: send.chat_id,
-                    home_channel_env: facts.home_channel.map(str::to_owned),
-                    home_channel_config: requests::home_channel_config(
-                        send.pconfig.home_channel.as_ref(),
-                    ),
-                    text: send.message,
-                    media: None,
-                    random,
-                };
+                let standalone = standalone_send(request, &send, facts.home_channel, random);
                 self.feed(Input::Standalone(standalone), now_ms)
             }
             ShimRequest::Resync(resync) => {
@@ -594,15 +666,7 @@ impl Session {
         send: &protocol::StandaloneSendRequest,
         facts: RequestFacts<'_>,
     ) -> bool {
-        let probe = StandaloneSend {
-            request: RequestId(0),
-            chat_id: send.chat_id.clone(),
-            home_channel_env: facts.home_channel.map(str::to_owned),
-            home_channel_config: requests::home_channel_config(send.pconfig.home_channel.as_ref()),
-            text: String::new(),
-            media: None,
-            random: 0,
-        };
+        let probe = standalone_send(RequestId(0), send, facts.home_channel, 0);
         turn::standalone_target(&probe).is_some()
     }
 
@@ -754,6 +818,25 @@ impl Session {
     }
 }
 
+/// The turn machine's input of a `standalone.send` (its media, if any,
+/// still to upload).
+pub fn standalone_send(
+    request: RequestId,
+    send: &protocol::StandaloneSendRequest,
+    home_channel_env: Option<&str>,
+    random: u128,
+) -> StandaloneSend {
+    StandaloneSend {
+        request,
+        chat_id: send.chat_id.clone(),
+        home_channel_env: home_channel_env.map(str::to_owned),
+        home_channel_config: requests::home_channel_config(send.pconfig.home_channel.as_ref()),
+        text: send.message.clone(),
+        media: None,
+        random,
+    }
+}
+
 /// The frame of a daemon notification.
 pub fn notification(note: DaemonNotification) -> SessionEffect {
     SessionEffect::Frame(protocol::encode_notification(
@@ -772,6 +855,7 @@ pub fn error_frame(id: &str, re: &str, code: ErrorCode, message: String) -> Sess
     SessionEffect::Frame(protocol::encode_response(id, re, Err(&error)))
 }
 
+pub mod handle;
 pub mod interactions;
 #[cfg(test)]
 mod tests;

@@ -1,36 +1,20 @@
-//! The select loop of `canon-hermes serve --stdio`: it reads shim frames,
-//! stream items and task reports, feeds them to the session and the turn
-//! machine, and performs the effects they return, in order.
+//! The select loop of `canon-hermes serve --stdio`: it reads shim lines,
+//! stream items and task reports, hands each to the session as a
+//! [`SessionInput`], and performs the [`SessionEffect`]s it returns, in
+//! order. Every decision is the session's (`canon_host::session`); this
+//! module and its children only run I/O and report results back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use canon_dispatch::protocol::DeliveryIntent;
-use canon_host::connect::{self, ConnectFailure};
-use canon_host::hitl;
-use canon_host::inbound::finish_inbound;
-use canon_host::media::{self};
-use canon_host::protocol::{
-    self, AdapterSendClarify, AdapterSendExecApproval, AdapterStatus, ConnectResult,
-    DaemonNotification, DaemonRequest, ErrorBody, ErrorCode, Frame, InboundMessage, Probe,
-    ShimNotification, ShimRequest,
-};
-use canon_host::requests;
-use canon_host::session::interactions::HitlStart;
-use canon_host::session::{
-    ConnectFacts, Handled, InboundStep, RefetchStep, RequestFacts, Session, SessionEffect,
-    StreamStep, UNSUPPORTED_SUFFIX,
-};
-use canon_host::turn::{
-    Effect, HostMedia, HostReply, Input, MediaPayload, OpId, RequestId, StandaloneSend, TurnState,
-};
+use canon_host::session::{Session, SessionConfig, SessionEffect, SessionInput};
+use canon_host::turn::{Effect, OpId};
 use canon_transport::media::{MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
-use canon_transport::stream::{ConnectionState, StreamConfig, StreamItem};
+use canon_transport::stream::{ConnectionState, StreamItem};
 use canon_transport::{CanonClient, ClientConfig, EventStream, TransportError};
-use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -38,10 +22,9 @@ use tokio::time::MissedTickBehavior;
 
 use crate::canon::{deliver, failure, run_jobs, DeliveryResult, Job};
 use crate::config::{
-    CHANNEL_FRAMES, EXIT_GRACE, HANDOFF_DIR, MAX_PENDING_INBOUND, MEDIA_CONCURRENCY, PARENT_CHECK,
-    SIGNAL_FRAMES,
+    CHANNEL_FRAMES, EXIT_GRACE, HANDOFF_DIR, MEDIA_CONCURRENCY, PARENT_CHECK, SIGNAL_FRAMES,
 };
-use crate::env::{empty, now_ms};
+use crate::env::{now_ms, random_u128};
 use crate::inbound_media::sweep_handoff_dir;
 use crate::outbound;
 use crate::stdio::{read_lines, write_lines, Line};
@@ -53,7 +36,7 @@ use crate::Config;
 mod connection;
 mod hitl_tasks;
 mod media_tasks;
-mod shim;
+mod probe;
 
 /// Runs the daemon until `input` reaches EOF or the process
 /// [`Config::parent_pid`] is gone; returns the process exit code (0,
@@ -95,7 +78,7 @@ where
     });
 
     let mut driver = Driver {
-        session: Session::default(),
+        session: Session::new(session_config(&config)),
         config,
         out: out_tx,
         jobs: job_tx,
@@ -124,9 +107,9 @@ where
 
     let mut exit_reason = "stdin closed";
     loop {
-        let deadline = driver.session.machine.next_deadline();
+        let deadline = driver.session.next_deadline();
         // Back-pressure: no new inbound events while too many wait in lanes.
-        let inbound_open = driver.session.lanes.items() < MAX_PENDING_INBOUND;
+        let inbound_open = driver.session.accepts_events();
         let sleep = async move {
             match deadline {
                 Some(at) => {
@@ -141,36 +124,62 @@ where
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let input = tokio::select! {
             line = line_rx.recv() => match line {
-                Some(Line::Frame(bytes)) => driver.on_line(&bytes).await,
-                Some(Line::TooLarge) => tracing::warn!("dropped a frame above the size limit"),
+                Some(Line::Frame(bytes)) => SessionInput::Line(bytes),
+                Some(Line::TooLarge) => SessionInput::LineTooLarge,
                 None => break,
             },
             item = stream_item, if inbound_open => match item {
-                Some(item) => driver.on_stream(item).await,
-                None => {
-                    tracing::warn!("event stream ended");
-                    driver.stream = None;
+                Some(StreamItem::Event(event)) => SessionInput::StreamEvent(event.kind),
+                Some(StreamItem::State(ConnectionState::Failed(error))) => {
+                    SessionInput::StreamFailed(error.to_string())
                 }
+                Some(StreamItem::State(ConnectionState::Connected)) => SessionInput::StreamConnected,
+                Some(StreamItem::State(state)) => {
+                    tracing::debug!(?state, "event stream state");
+                    continue;
+                }
+                None => SessionInput::StreamEnded,
             },
-            Some((op, result)) = done_rx.recv() => {
-                driver.feed(Input::DeliveryOutcome { op, result }).await;
+            Some((op, result)) = done_rx.recv() => SessionInput::Delivered { op, result },
+            Some(consumed) = signal_rx.recv() => SessionInput::Signal {
+                conversation_id: consumed.conversation_id,
+                signal: consumed.signal,
+            },
+            Some(refetched) = refetch_rx.recv() => SessionInput::Refetched {
+                generation: refetched.id,
+                result: refetched.result.map_err(|error| error.to_string()),
+            },
+            Some(done) = media_rx.recv() => {
+                while driver.media_tasks.try_join_next().is_some() {}
+                SessionInput::MediaDone {
+                    conversation_id: done.conversation_id,
+                    job: done.job,
+                    message: done.message,
+                }
             }
-            Some(consumed) = signal_rx.recv() => driver.on_signal(consumed).await,
-            Some(refetched) = refetch_rx.recv() => driver.on_refetched(refetched),
-            Some(done) = media_rx.recv() => driver.on_media_done(done).await,
-            Some(event) = hitl_rx.recv() => driver.on_hitl(event).await,
-            Some(uploaded) = upload_rx.recv() => driver.on_uploaded(uploaded).await,
+            Some(event) = hitl_rx.recv() => match event {
+                HitlEvent::Created { key, shim_id, re, result } => {
+                    SessionInput::HitlCreated { key, shim_id, re, result }
+                }
+                HitlEvent::Finished { key, outcome } => SessionInput::HitlFinished { key, outcome },
+            },
+            Some(uploaded) = upload_rx.recv() => {
+                while driver.upload_tasks.try_join_next().is_some() {}
+                SessionInput::Uploaded { request: uploaded.request, result: uploaded.result }
+            }
             () = tick(parent_check.as_mut()) => {
                 if let Some(pid) = driver.config.parent_pid.filter(|pid| !process_exists(*pid)) {
                     tracing::info!(pid, "parent process is gone");
                     exit_reason = "parent process gone";
                     break;
                 }
+                continue;
             }
-            () = sleep => driver.feed(Input::Timeout).await,
-        }
+            () = sleep => SessionInput::Timeout,
+        };
+        driver.handle(input).await;
         if driver.session.exit_code.is_some() {
             break;
         }
@@ -253,37 +262,29 @@ struct Driver {
     upload_tasks: JoinSet<()>,
 }
 
+/// What the session needs to know of the daemon's configuration (never
+/// the API key itself).
+fn session_config(config: &Config) -> SessionConfig {
+    SessionConfig {
+        daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
+        manifest_sha256: config.manifest_sha256.clone(),
+        home_channel: config.home_channel.clone(),
+        inbound_image_delivery: config.inbound_image_delivery.clone(),
+        inbound_visual_media_delivery: config.inbound_visual_media_delivery.clone(),
+        api_key_set: !config.api_key.expose().is_empty(),
+        base_url: config.base_url.clone(),
+        stream_url: config.stream_url.clone(),
+        environment_id: config.environment_id.clone(),
+        clarify_timeout: config.clarify_timeout,
+        approval_timeout: config.approval_timeout,
+    }
+}
+
 impl Driver {
     pub(super) async fn send_line(&self, line: String) {
         if self.out.send(line).await.is_err() {
             tracing::debug!("stdout writer is gone; frame dropped");
         }
-    }
-
-    pub(super) async fn respond(&self, id: &str, re: &str, result: Result<Value, ErrorBody>) {
-        let line = match &result {
-            Ok(body) => protocol::encode_response(id, re, Ok(body.clone())),
-            Err(error) => protocol::encode_response(id, re, Err(error)),
-        };
-        self.send_line(line).await;
-    }
-
-    pub(super) async fn respond_error(&self, id: &str, re: &str, code: ErrorCode, message: String) {
-        let error = ErrorBody {
-            code,
-            message,
-            retryable: false,
-        };
-        self.send_line(protocol::encode_response(id, re, Err(&error)))
-            .await;
-    }
-
-    pub(super) async fn notify(&self, note: DaemonNotification) {
-        self.send_line(protocol::encode_notification(
-            note.type_name(),
-            note.to_body(),
-        ))
-        .await;
     }
 
     pub(super) fn client(&mut self) -> Result<CanonClient, TransportError> {
@@ -303,48 +304,6 @@ impl Driver {
         Ok(client)
     }
 
-    pub(super) async fn on_line(&mut self, bytes: &[u8]) {
-        let frame = match protocol::decode_frame(bytes) {
-            Ok(frame) => frame,
-            Err(error) => {
-                // Recover an id when the line is JSON with one, to answer.
-                let id = serde_json::from_slice::<Value>(bytes).ok().and_then(|v| {
-                    let id = v.get("id")?.as_str()?.to_owned();
-                    let kind = v.get("type")?.as_str()?.to_owned();
-                    Some((id, kind))
-                });
-                match id {
-                    Some((id, kind)) => {
-                        self.respond_error(&id, &kind, error.code(), error.to_string())
-                            .await
-                    }
-                    None => tracing::warn!(%error, "dropped an unusable frame"),
-                }
-                return;
-            }
-        };
-        match frame {
-            Frame::Request { id, kind, body } => self.on_request(id, kind, body).await,
-            Frame::Notification { kind, body } => self.on_notification(&kind, body).await,
-            Frame::Response { id, re, result } => {
-                // Daemon requests are fire-and-log: `inbound.message` and
-                // `control.signal` need nothing from the answer.
-                let re = re.as_deref().unwrap_or("");
-                match result {
-                    Ok(_) => tracing::debug!(id, re, ok = true, "shim answered"),
-                    Err(error) => tracing::debug!(
-                        id,
-                        re,
-                        ok = false,
-                        code = ?error.code,
-                        retryable = error.retryable,
-                        "shim answered"
-                    ),
-                }
-            }
-        }
-    }
-
     /// Spawns a task that must finish (or use up the exit grace) before the
     /// daemon exits, reaping the ones already done.
     pub(super) fn spawn_background<F>(&mut self, task: F)
@@ -355,31 +314,30 @@ impl Driver {
         self.deliveries.spawn(task);
     }
 
-    /// Runs the machine on one input and carries out its effects.
-    pub(super) async fn feed(&mut self, input: Input) {
-        let effects = self.session.feed(input, now_ms());
-        self.perform(effects).await;
-    }
-
-    /// Answers a registered request outside the turn machine, behind the
-    /// queued Canon writes like the machine's own answers.
-    pub(super) async fn reply(&mut self, request: RequestId, reply: HostReply) {
-        if let Some(line) = self.session.reply_line(request, reply) {
-            self.perform(vec![SessionEffect::Reply(line)]).await;
+    /// Hands one input to the session and performs what it returns. An
+    /// effect whose I/O ends at once (a connect, a failed client) reports
+    /// back here, and the effects of that report are performed before the
+    /// rest, as if the I/O had been inline.
+    pub(super) async fn handle(&mut self, input: SessionInput) {
+        let mut queue: VecDeque<SessionEffect> =
+            self.session.handle(input, now_ms(), random_u128()).into();
+        while let Some(effect) = queue.pop_front() {
+            if let Some(report) = self.perform(effect).await {
+                let effects = self.session.handle(report, now_ms(), random_u128());
+                for effect in effects.into_iter().rev() {
+                    queue.push_front(effect);
+                }
+            }
         }
     }
 
-    /// Performs the session's effects in order.
-    pub(super) async fn perform(&mut self, effects: Vec<SessionEffect>) {
-        for effect in effects {
-            self.perform_one(effect).await;
-        }
-    }
-
-    async fn perform_one(&mut self, effect: SessionEffect) {
+    /// Performs one effect; `Some` is a report to hand the session now.
+    async fn perform(&mut self, effect: SessionEffect) -> Option<SessionInput> {
         match effect {
             SessionEffect::Frame(line) => self.send_line(line).await,
             SessionEffect::Reply(line) => {
+                // Behind the Canon writes already queued: a reply must not
+                // overtake the writes it follows.
                 let job = Job::Respond {
                     out: self.out.clone(),
                     line,
@@ -390,7 +348,6 @@ impl Driver {
                     self.send_line(line).await;
                 }
             }
-            SessionEffect::CancelHitl(session_key) => self.cancel_hitl(session_key.as_deref()),
             SessionEffect::Canon(Effect::Deliver(delivery)) => {
                 let op = delivery.op;
                 match self.client() {
@@ -402,8 +359,10 @@ impl Driver {
                         });
                     }
                     Err(error) => {
-                        let result = Err(failure(&error));
-                        Box::pin(self.feed(Input::DeliveryOutcome { op, result })).await;
+                        return Some(SessionInput::Delivered {
+                            op,
+                            result: Err(failure(&error)),
+                        })
                     }
                 }
             }
@@ -418,32 +377,48 @@ impl Driver {
                 }
                 None => tracing::debug!("best-effort write skipped: not connected"),
             },
+            SessionEffect::CancelHitl(keys) => self.cancel_hitl(keys),
+            SessionEffect::ForgetHitl(key) => {
+                self.hitl_cancels.remove(&key);
+            }
+            SessionEffect::StartHitl { id, re, start } => {
+                return self.start_hitl(id, re, *start).await
+            }
+            SessionEffect::VerifyProbe { id, re, result } => {
+                self.verify_probe(id, re, *result).await
+            }
+            SessionEffect::Connect(call) => {
+                let result = self.connect_calls().await;
+                return Some(SessionInput::ConnectDone { call, result });
+            }
+            SessionEffect::OpenConnection => self.open_connection(),
+            SessionEffect::StopConnection => {
+                self.stop_loops();
+                self.stream = None;
+            }
+            SessionEffect::CloseStream => self.stream = None,
+            SessionEffect::ReconnectStream => {
+                if let Some(stream) = &self.stream {
+                    stream.reconnect();
+                }
+            }
+            SessionEffect::PublishConversations(ids) => {
+                self.signal_ids.send_replace(ids);
+            }
+            SessionEffect::Ring(conversation_id) => self.ring(conversation_id),
+            SessionEffect::Refetch(generation) => self.refetch_conversations(generation),
+            SessionEffect::RefetchSettled => self.refetch = None,
+            SessionEffect::Materialize(job) => self.spawn_media(*job),
+            SessionEffect::UploadMedia { request, media } => {
+                return self.upload_media(request, *media)
+            }
+            SessionEffect::UploadStandalone {
+                request,
+                target,
+                files,
+                force_document,
+            } => self.upload_standalone(request, target, files, force_document),
         }
-    }
-
-    /// Sends a daemon-originated request (`d:<n>`); the shim's answer is
-    /// only logged ([`Frame::Response`] in `on_line`).
-    pub(super) async fn send_request(&mut self, request: DaemonRequest) {
-        let line = self.session.request_line(request);
-        self.send_line(line).await;
-    }
-
-    /// Answers a blocking HITL request of the shim with a `SendResult`.
-    pub(super) async fn respond_send(&self, id: &str, re: &str, result: protocol::SendResult) {
-        let body = serde_json::to_value(result).unwrap_or_else(|_| empty());
-        self.respond(id, re, Ok(body)).await;
-    }
-
-    /// Answers a request this daemon does not serve yet (`internal`, not
-    /// retryable, `"<what> is not supported …"`).
-    pub(super) async fn unsupported(&self, id: &str, re: &str, what: &str) {
-        tracing::warn!(kind = re, what, "answered an unsupported request");
-        self.respond_error(
-            id,
-            re,
-            ErrorCode::Internal,
-            format!("{what} {UNSUPPORTED_SUFFIX}"),
-        )
-        .await;
+        None
     }
 }

@@ -138,14 +138,32 @@ const FACTS: RequestFacts<'static> = RequestFacts {
     home_channel: None,
 };
 
+/// The configuration of the test daemon: credentials set, no environment.
+fn config() -> SessionConfig {
+    SessionConfig {
+        daemon_version: "0.1.0".into(),
+        api_key_set: true,
+        base_url: "https://canon.test/api/v1".into(),
+        stream_url: "https://canon.test/api/v1/events".into(),
+        clarify_timeout: std::time::Duration::from_secs(300),
+        approval_timeout: std::time::Duration::from_secs(60),
+        ..SessionConfig::default()
+    }
+}
+
 impl Daemon {
-    /// A session that has answered `hello`.
-    fn connected() -> Daemon {
-        let mut daemon = Daemon {
-            session: Session::default(),
+    /// A daemon that has not seen `hello`.
+    fn new() -> Daemon {
+        Daemon {
+            session: Session::new(config()),
             now: 1_000,
             draws: 0,
-        };
+        }
+    }
+
+    /// A session that has answered `hello`.
+    fn connected() -> Daemon {
+        let mut daemon = Daemon::new();
         let hello = json!({"protocols": [1], "manifest_sha256": "a".repeat(64),
             "shim_version": "0.1.0", "binary_version": "0.1.0", "hermes_version": "0.19.0",
             "python_version": "3.11.7", "pid": 1, "hermes_home": "/h", "profile_name": null,
@@ -155,18 +173,24 @@ impl Daemon {
         daemon
     }
 
-    fn request(&mut self, id: &str, kind: &str, body: Value) -> Vec<String> {
-        let request = ShimRequest::from_parts(kind, body).expect("a valid shim request");
+    /// One input through [`Session::handle`], at a later time and with
+    /// fresh randomness; the effects as [`describe`] lines.
+    fn handle(&mut self, input: SessionInput) -> Vec<String> {
+        self.handle_effects(input).iter().map(describe).collect()
+    }
+
+    /// [`Daemon::handle`], with the effects themselves.
+    fn handle_effects(&mut self, input: SessionInput) -> Vec<SessionEffect> {
         self.draws += 1;
         let random = u128::from(self.draws) << 120;
         self.now += 10;
-        match self
-            .session
-            .request(id.to_owned(), request, FACTS, self.now, random)
-        {
-            Handled::Effects(effects) => effects.iter().map(describe).collect(),
-            Handled::Shell(request) => vec![format!("shell {}", request.type_name())],
-        }
+        self.session.handle(input, self.now, random)
+    }
+
+    /// A shim request, as the line the shim writes.
+    fn request(&mut self, id: &str, kind: &str, body: Value) -> Vec<String> {
+        let line = protocol::encode_request(id, kind, body);
+        self.handle(SessionInput::Line(line.into_bytes()))
     }
 
     fn feed(&mut self, input: Input) -> Vec<String> {
@@ -270,7 +294,41 @@ fn describe(effect: &SessionEffect) -> String {
                 v["re"].as_str().unwrap_or("?")
             )
         }
-        SessionEffect::CancelHitl(key) => format!("cancel hitl {}", key.as_deref().unwrap_or("*")),
+        SessionEffect::CancelHitl(keys) => format!("cancel hitl {keys:?}"),
+        SessionEffect::ForgetHitl(key) => format!("forget hitl {key}"),
+        SessionEffect::StartHitl { id, re, start } => {
+            format!(
+                "start hitl {} {id} {re} {}",
+                start.key, start.conversation_id
+            )
+        }
+        SessionEffect::VerifyProbe { id, .. } => format!("verify probe {id}"),
+        SessionEffect::Connect(call) => {
+            format!("connect {} busy_handler={}", call.id, call.busy_handler)
+        }
+        SessionEffect::OpenConnection => "open connection".to_owned(),
+        SessionEffect::StopConnection => "stop connection".to_owned(),
+        SessionEffect::CloseStream => "close stream".to_owned(),
+        SessionEffect::ReconnectStream => "reconnect stream".to_owned(),
+        SessionEffect::PublishConversations(ids) => format!("conversations {ids:?}"),
+        SessionEffect::Ring(conversation) => format!("ring {conversation}"),
+        SessionEffect::Refetch(generation) => format!("refetch {generation}"),
+        SessionEffect::RefetchSettled => "refetch settled".to_owned(),
+        SessionEffect::Materialize(job) => format!(
+            "download {} job{} {} attachment(s)",
+            job.conversation_id,
+            job.job,
+            job.attachments.len()
+        ),
+        SessionEffect::UploadMedia { request, media } => {
+            format!("upload media r{} {}", request.0, media.chat_id)
+        }
+        SessionEffect::UploadStandalone {
+            request,
+            target,
+            files,
+            ..
+        } => format!("upload files r{} {target} {files:?}", request.0),
         SessionEffect::Canon(Effect::PublishTurn(update)) => {
             format!("turn {} {}", update.state, update.conversation_id)
         }
@@ -316,11 +374,7 @@ fn only<'a>(lines: &'a [String], prefix: &str) -> Vec<&'a str> {
 
 #[test]
 fn requests_before_hello_are_refused() {
-    let mut daemon = Daemon {
-        session: Session::default(),
-        now: 0,
-        draws: 0,
-    };
+    let mut daemon = Daemon::new();
     assert_eq!(
         daemon.request("s:1", "adapter.chat_info", json!({"chat_id": "c1"})),
         ["answer s:1 adapter.chat_info error handshake_required"]
@@ -329,15 +383,24 @@ fn requests_before_hello_are_refused() {
 }
 
 #[test]
-fn requests_that_need_io_go_back_to_the_shell() {
+fn requests_that_need_io_become_io_effects() {
     let mut daemon = Daemon::connected();
     assert_eq!(
         daemon.request("s:1", "shutdown", json!({})),
-        ["shell shutdown"]
+        [
+            "stop connection",
+            "cancel hitl []",
+            "answer s:1 shutdown ok"
+        ]
     );
     assert_eq!(
         daemon.request("s:2", "probe", json!({"verify": false})),
-        ["shell probe"]
+        ["answer s:2 probe ok"],
+        "a probe without verify is answered from the configuration"
+    );
+    assert_eq!(
+        daemon.request("s:3", "probe", json!({"verify": true})),
+        ["verify probe s:3"]
     );
 }
 
@@ -366,7 +429,10 @@ fn a_message_is_answered_once_through_the_whole_daemon() {
         "nothing durable before the turn ends"
     );
     let closing = daemon.complete("s:3", &event, "c1");
-    assert_eq!(closing[0], "cancel hitl agent:main:canon:dm:c1");
+    assert_eq!(
+        closing[0], "cancel hitl []",
+        "the session's interactions first"
+    );
     let delivered = only(&closing, "deliver");
     assert_eq!(
         delivered,
@@ -847,3 +913,5 @@ fn chat_info_before_connect_falls_back_to_the_id() {
         json!({"name": "c-unknown", "type": "dm", "id": "c-unknown"})
     );
 }
+
+mod io;

@@ -1,0 +1,49 @@
+//! The check of a verifying `probe` (hermes-host.md §19.6): one health or
+//! `GET /agents/me` call on a task of its own, within a budget. The answer
+//! never carries the key.
+
+use super::*;
+use crate::config::PROBE_VERIFY_BUDGET;
+use canon_host::protocol::ProbeResult;
+use canon_host::session::handle::probe_answer;
+
+impl Driver {
+    /// Checks Canon once (the environment when one is configured, else
+    /// `GET /agents/me`) and answers the probe with the check's error.
+    pub(super) async fn verify_probe(
+        &mut self,
+        id: String,
+        re: &'static str,
+        mut result: ProbeResult,
+    ) {
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(error) => {
+                result.error = Some(error.to_string());
+                self.send_line(probe_answer(&id, re, result)).await;
+                return;
+            }
+        };
+        let out = self.out.clone();
+        let environment = self.config.environment_id.clone();
+        self.spawn_background(async move {
+            let check = async {
+                match environment {
+                    Some(environment) => client
+                        .verify_environment(&environment, None)
+                        .await
+                        .map(drop),
+                    None => client.get_me().await.map(drop),
+                }
+            };
+            result.error = match tokio::time::timeout(PROBE_VERIFY_BUDGET, check).await {
+                Ok(Ok(())) => None,
+                Ok(Err(error)) => Some(error.to_string()),
+                Err(_) => Some("Canon did not answer in time".to_owned()),
+            };
+            if out.send(probe_answer(&id, re, result)).await.is_err() {
+                tracing::debug!("stdout writer is gone; probe answer dropped");
+            }
+        });
+    }
+}

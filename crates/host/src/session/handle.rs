@@ -1,0 +1,767 @@
+//! The session's one entry point: [`Session::handle`] takes everything
+//! that reaches the daemon — a shim line, a stream event, a task's report,
+//! a timer — as a [`SessionInput`] value and returns the
+//! [`SessionEffect`]s the shell performs, in order. Every decision lives
+//! here; the shell only runs the I/O an effect names and reports its result
+//! back as another input.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use canon_dispatch::protocol::DeliveryIntent;
+use canon_wire::events::EventKind;
+use canon_wire::types::{AgentMe, Conversation, InteractionCreated, RuntimeSignal};
+use serde_json::Value;
+
+use super::interactions::HitlStart;
+use super::{
+    error_frame, notification, ConnectFacts, Handled, InboundStep, RefetchStep, RequestFacts,
+    Session, SessionEffect, StreamStep,
+};
+use crate::answers::upload_failed;
+use crate::connect::{self, ConnectFailure};
+use crate::hitl::table::HitlOutcome;
+use crate::hitl::{self};
+use crate::inbound::finish_inbound;
+use crate::media::{self, TrustedScope};
+use crate::protocol::{
+    self, AdapterSendMedia, AdapterStatus, DaemonNotification, DaemonRequest, Frame,
+    InboundMessage, ProbeResult, SendResult, ShimNotification, ShimRequest, ShimResponse,
+};
+use crate::requests::{self, ProbeFacts, ProbeStep};
+use crate::turn::{
+    DeliveryFailure, HostMedia, Input, MediaPayload, OpId, RequestId, StandaloneSend, TurnState,
+};
+
+/// Inbound messages waiting in lanes (behind a download) beyond which the
+/// shell stops reading the event stream until some are sent (back-pressure).
+pub const MAX_PENDING_INBOUND: usize = 256;
+
+/// What the daemon's configuration tells the session, once, at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// The daemon's version (the handshake reports it).
+    pub daemon_version: String,
+    /// The manifest hash the daemon expects, when configured (else the
+    /// shim's own is accepted).
+    pub manifest_sha256: Option<String>,
+    /// `CANON_HOME_CHANNEL`, for standalone sends without a target.
+    pub home_channel: Option<String>,
+    /// `HERMES_CANON_INBOUND_IMAGE_DELIVERY`, when set.
+    pub inbound_image_delivery: Option<String>,
+    /// `HERMES_CANON_INBOUND_VISUAL_MEDIA_DELIVERY`, when set.
+    pub inbound_visual_media_delivery: Option<String>,
+    /// The API key is set (its value never reaches the session).
+    pub api_key_set: bool,
+    /// `CANON_BASE_URL` (may be empty).
+    pub base_url: String,
+    /// `CANON_STREAM_URL` (may be empty).
+    pub stream_url: String,
+    /// `CANON_ENVIRONMENT_ID`, when set.
+    pub environment_id: Option<String>,
+    /// How long a blocking clarify waits for its human.
+    pub clarify_timeout: Duration,
+    /// How long a blocking exec approval waits for its human.
+    pub approval_timeout: Duration,
+}
+
+/// One thing that reached the daemon.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionInput {
+    /// One line from the shim (without its newline).
+    Line(Vec<u8>),
+    /// The shim sent a line above the frame size limit (dropped).
+    LineTooLarge,
+    /// The event stream delivered an event.
+    StreamEvent(EventKind),
+    /// The event stream (re)connected.
+    StreamConnected,
+    /// The event stream gave up for good.
+    StreamFailed(String),
+    /// The event stream ended.
+    StreamEnded,
+    /// A [`crate::turn::Effect::Deliver`] finished.
+    Delivered {
+        /// The operation.
+        op: OpId,
+        /// Its result.
+        result: Result<Option<String>, DeliveryFailure>,
+    },
+    /// The shell consumed a conversation's runtime signal.
+    Signal {
+        /// The conversation.
+        conversation_id: String,
+        /// The signal.
+        signal: RuntimeSignal,
+    },
+    /// A conversation re-fetch ([`SessionEffect::Refetch`]) finished.
+    Refetched {
+        /// Its generation.
+        generation: u64,
+        /// The list, or the error's text.
+        result: Result<Vec<Conversation>, String>,
+    },
+    /// A download ([`SessionEffect::Materialize`]) finished its message.
+    MediaDone {
+        /// The conversation (its lane).
+        conversation_id: String,
+        /// The lane job.
+        job: u64,
+        /// The finished message.
+        message: Box<InboundMessage>,
+    },
+    /// An upload ([`SessionEffect::UploadMedia`] or
+    /// [`SessionEffect::UploadStandalone`]) finished.
+    Uploaded {
+        /// The request it belongs to.
+        request: RequestId,
+        /// The uploaded media, or the error's text.
+        result: Result<MediaPayload, String>,
+    },
+    /// A blocking interaction's create call ended.
+    HitlCreated {
+        /// The table key.
+        key: u64,
+        /// The shim request waiting for it.
+        shim_id: String,
+        /// Its type.
+        re: &'static str,
+        /// The created interaction, or a safe error text and whether it is
+        /// retryable.
+        result: Result<InteractionCreated, (String, bool)>,
+    },
+    /// A blocking interaction's wait ended.
+    HitlFinished {
+        /// The table key.
+        key: u64,
+        /// How.
+        outcome: HitlOutcome,
+    },
+    /// The connect calls of [`SessionEffect::Connect`] finished.
+    ConnectDone {
+        /// The call.
+        call: ConnectCall,
+        /// `GET /agents/me` and `GET /conversations`, or why connecting
+        /// failed.
+        result: Result<(AgentMe, Vec<Conversation>), ConnectFailure>,
+    },
+    /// The turn machine's deadline ([`Session::next_deadline`]) passed.
+    Timeout,
+}
+
+/// An `adapter.connect` in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectCall {
+    /// The shim request's id.
+    pub id: String,
+    /// Its type.
+    pub re: &'static str,
+    /// Whether the shim's busy-input seam routes by delivery intent.
+    pub busy_handler: bool,
+}
+
+/// An upload waiting for its media.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum PendingUpload {
+    /// `adapter.send_media`: the message once its file is uploaded.
+    Media(Box<HostMedia>),
+    /// `standalone.send` with files.
+    Standalone(Box<StandaloneSend>),
+}
+
+impl Session {
+    /// A session for a daemon with this configuration.
+    pub fn new(config: SessionConfig) -> Session {
+        Session {
+            config,
+            ..Session::default()
+        }
+    }
+
+    /// When the turn machine next needs [`SessionInput::Timeout`].
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.machine.next_deadline()
+    }
+
+    /// Whether the shell may read the event stream now: fewer than
+    /// [`MAX_PENDING_INBOUND`] messages wait in lanes.
+    pub fn accepts_events(&self) -> bool {
+        self.lanes.items() < MAX_PENDING_INBOUND
+    }
+
+    /// Handles one input at `now_ms`; `random` is fresh per call (a turn
+    /// id, a standalone id group, an approval id or the handshake epoch).
+    pub fn handle(&mut self, input: SessionInput, now_ms: u64, random: u128) -> Vec<SessionEffect> {
+        match input {
+            SessionInput::Line(bytes) => self.line(&bytes, now_ms, random),
+            SessionInput::LineTooLarge => {
+                tracing::warn!("dropped a frame above the size limit");
+                Vec::new()
+            }
+            SessionInput::StreamEvent(kind) => self.event(kind),
+            SessionInput::StreamConnected => {
+                vec![notification(DaemonNotification::AdapterStatus(
+                    AdapterStatus { connected: true },
+                ))]
+            }
+            SessionInput::StreamFailed(error) => {
+                tracing::error!(%error, "event stream stopped");
+                vec![
+                    SessionEffect::CloseStream,
+                    notification(DaemonNotification::AdapterFatal(connect::stream_stopped(
+                        error,
+                    ))),
+                ]
+            }
+            SessionInput::StreamEnded => {
+                tracing::warn!("event stream ended");
+                vec![SessionEffect::CloseStream]
+            }
+            SessionInput::Delivered { op, result } => {
+                self.feed(Input::DeliveryOutcome { op, result }, now_ms)
+            }
+            SessionInput::Signal {
+                conversation_id,
+                signal,
+            } => {
+                let control = requests::control_signal(
+                    conversation_id,
+                    signal,
+                    self.agent.agent_id.as_deref(),
+                    &self.conversations,
+                );
+                tracing::info!(conversation_id = control.chat_id, signal = ?control.signal, "runtime control signal");
+                vec![SessionEffect::Frame(
+                    self.request_line(DaemonRequest::ControlSignal(control)),
+                )]
+            }
+            SessionInput::Refetched { generation, result } => {
+                match self.refetched(generation, result) {
+                    RefetchStep::Stale => Vec::new(),
+                    RefetchStep::Replaced => {
+                        vec![SessionEffect::RefetchSettled, self.publish_conversations()]
+                    }
+                    RefetchStep::Reconnect => {
+                        vec![
+                            SessionEffect::RefetchSettled,
+                            SessionEffect::ReconnectStream,
+                        ]
+                    }
+                }
+            }
+            SessionInput::MediaDone {
+                conversation_id,
+                job,
+                message,
+            } => {
+                let Some(ready) = self.lanes.finished(&conversation_id, job, *message) else {
+                    tracing::error!(conversation_id, job, "media result for no pending message");
+                    debug_assert!(false, "media result for no pending message");
+                    return Vec::new();
+                };
+                ready
+                    .into_iter()
+                    .map(|message| {
+                        SessionEffect::Frame(
+                            self.request_line(DaemonRequest::InboundMessage(message)),
+                        )
+                    })
+                    .collect()
+            }
+            SessionInput::Uploaded { request, result } => self.uploaded(request, result, now_ms),
+            SessionInput::HitlCreated {
+                key,
+                shim_id,
+                re,
+                result,
+            } => {
+                let mut effects = Vec::new();
+                if let Err((error, _)) = &result {
+                    tracing::warn!(kind = re, %error, "Canon interaction request failed");
+                    effects.push(SessionEffect::ForgetHitl(key));
+                }
+                let created = self
+                    .hitl
+                    .created(key, result, self.agent.owner_id.as_deref());
+                if let Some((session_key, conversation_id)) = created.waiting {
+                    effects.extend(self.feed(
+                        Input::WaitingInput {
+                            session_key: Some(session_key),
+                            conversation_id,
+                        },
+                        now_ms,
+                    ));
+                }
+                effects.push(send_result_frame(&shim_id, re, created.reply));
+                effects
+            }
+            SessionInput::HitlFinished { key, outcome } => {
+                let mut effects = vec![SessionEffect::ForgetHitl(key)];
+                let Some(finished) = self.hitl.finished(key, outcome) else {
+                    return effects;
+                };
+                // `tool` after every resolution while the turn waits
+                // (turns.md, open question 3).
+                if self.machine.turn_state(&finished.session_key) == Some(TurnState::WaitingInput) {
+                    effects.extend(self.feed(
+                        Input::InputResolved {
+                            session_key: Some(finished.session_key.clone()),
+                            conversation_id: finished.conversation_id.clone(),
+                        },
+                        now_ms,
+                    ));
+                }
+                effects.push(SessionEffect::Frame(self.request_line(finished.request)));
+                effects
+            }
+            SessionInput::ConnectDone { call, result } => self.connect_done(call, result),
+            SessionInput::Timeout => self.feed(Input::Timeout, now_ms),
+        }
+    }
+
+    /// One shim line: a request, a notification or an answer to one of
+    /// the daemon's own requests.
+    fn line(&mut self, bytes: &[u8], now_ms: u64, random: u128) -> Vec<SessionEffect> {
+        let frame = match protocol::decode_frame(bytes) {
+            Ok(frame) => frame,
+            Err(error) => {
+                // Recover an id when the line is JSON with one, to answer.
+                let id = serde_json::from_slice::<Value>(bytes).ok().and_then(|v| {
+                    let id = v.get("id")?.as_str()?.to_owned();
+                    let kind = v.get("type")?.as_str()?.to_owned();
+                    Some((id, kind))
+                });
+                return match id {
+                    Some((id, kind)) => {
+                        vec![error_frame(&id, &kind, error.code(), error.to_string())]
+                    }
+                    None => {
+                        tracing::warn!(%error, "dropped an unusable frame");
+                        Vec::new()
+                    }
+                };
+            }
+        };
+        match frame {
+            Frame::Request { id, kind, body } => match ShimRequest::from_parts(&kind, body) {
+                Ok(request) => {
+                    tracing::debug!(id, kind = request.type_name(), "shim request");
+                    self.shim_request(id, request, now_ms, random)
+                }
+                Err(error) => vec![error_frame(&id, &kind, error.code(), error.to_string())],
+            },
+            Frame::Notification { kind, body } => match ShimNotification::from_parts(&kind, body) {
+                Ok(note) => match requests::notification_input(note) {
+                    Some(input) => self.feed(input, now_ms),
+                    None => Vec::new(),
+                },
+                Err(error) => {
+                    tracing::debug!(kind, %error, "ignored a notification");
+                    Vec::new()
+                }
+            },
+            Frame::Response { id, re, result } => {
+                // Daemon requests are fire-and-log: `inbound.message` and
+                // `control.signal` need nothing from the answer.
+                let re = re.as_deref().unwrap_or("");
+                match result {
+                    Ok(_) => tracing::debug!(id, re, ok = true, "shim answered"),
+                    Err(error) => tracing::debug!(
+                        id,
+                        re,
+                        ok = false,
+                        code = ?error.code,
+                        retryable = error.retryable,
+                        "shim answered"
+                    ),
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// A decoded shim request: answered by [`Session::request`], or turned
+    /// into the I/O effects it needs.
+    fn shim_request(
+        &mut self,
+        id: String,
+        request: ShimRequest,
+        now_ms: u64,
+        random: u128,
+    ) -> Vec<SessionEffect> {
+        let config = std::mem::take(&mut self.config);
+        let facts = RequestFacts {
+            daemon_version: &config.daemon_version,
+            manifest_sha256: config.manifest_sha256.as_deref(),
+            home_channel: config.home_channel.as_deref(),
+        };
+        let handled = self.request(id.clone(), request, facts, now_ms, random);
+        let effects = match handled {
+            Handled::Effects(effects) => effects,
+            Handled::Shell(request) => self.io_request(id, *request, &config, now_ms, random),
+        };
+        self.config = config;
+        effects
+    }
+
+    /// The requests [`Session::request`] hands back because they need I/O.
+    fn io_request(
+        &mut self,
+        id: String,
+        request: ShimRequest,
+        config: &SessionConfig,
+        now_ms: u64,
+        random: u128,
+    ) -> Vec<SessionEffect> {
+        let re = request.type_name();
+        match request {
+            ShimRequest::Probe(probe) => {
+                let facts = ProbeFacts {
+                    api_key_set: config.api_key_set,
+                    base_url: &config.base_url,
+                    stream_url: &config.stream_url,
+                    environment_id: config.environment_id.as_deref(),
+                };
+                match requests::probe(facts, probe.verify) {
+                    ProbeStep::Answer(result) => {
+                        vec![SessionEffect::Frame(probe_answer(&id, re, result))]
+                    }
+                    ProbeStep::Verify(result) => vec![SessionEffect::VerifyProbe {
+                        id,
+                        re,
+                        result: Box::new(result),
+                    }],
+                }
+            }
+            ShimRequest::AdapterConnect(request) => {
+                self.host_approvals_timeout = request.host.approvals_timeout_s;
+                let facts = ConnectFacts {
+                    inbound_image_delivery: config.inbound_image_delivery.as_deref(),
+                    inbound_visual_media_delivery: config.inbound_visual_media_delivery.as_deref(),
+                    api_key_set: config.api_key_set,
+                    base_url_set: !config.base_url.is_empty(),
+                };
+                match self.connect_start(facts, &request.config.extra.0) {
+                    Ok(()) => vec![SessionEffect::Connect(ConnectCall {
+                        id,
+                        re,
+                        busy_handler: request.seams.busy_handler,
+                    })],
+                    Err(refused) => {
+                        self.connected = refused.connected;
+                        let body = ShimResponse::AdapterConnect(refused).to_body();
+                        vec![SessionEffect::Frame(protocol::encode_response(
+                            &id,
+                            re,
+                            Ok(body),
+                        ))]
+                    }
+                }
+            }
+            ShimRequest::AdapterDisconnect(_) => {
+                // No wire call: the loops just stop (canon-wire.md §8.1).
+                let mut effects = self.stop_connection();
+                effects.extend(self.feed(Input::Disconnect, now_ms));
+                effects.push(empty_answer(&id, re));
+                effects
+            }
+            ShimRequest::Shutdown(_) => {
+                let mut effects = self.stop_connection();
+                effects.push(empty_answer(&id, re));
+                effects
+            }
+            ShimRequest::StandaloneSend(send) => {
+                // Handed back only with media to upload and a conversation
+                // to send it to.
+                let request = self.register(id, re);
+                let standalone =
+                    super::standalone_send(request, &send, config.home_channel.as_deref(), random);
+                match crate::turn::standalone_target(&standalone).map(str::to_owned) {
+                    Some(target) => {
+                        self.uploads
+                            .insert(request.0, PendingUpload::Standalone(Box::new(standalone)));
+                        vec![SessionEffect::UploadStandalone {
+                            request,
+                            target,
+                            files: send.media_files,
+                            force_document: send.force_document,
+                        }]
+                    }
+                    None => self.feed(Input::Standalone(standalone), now_ms),
+                }
+            }
+            ShimRequest::AdapterSendMedia(media) => self.send_media(id, re, media, random),
+            ShimRequest::AdapterSendClarify(clarify) => {
+                if !self.connected {
+                    return vec![not_connected(&id, re)];
+                }
+                let start = self.clarify(clarify, config.clarify_timeout, now_ms);
+                start_hitl(id, re, start)
+            }
+            ShimRequest::AdapterSendExecApproval(approval) => {
+                if !self.connected {
+                    return vec![not_connected(&id, re)];
+                }
+                let start = self.exec_approval(approval, config.approval_timeout, now_ms, random);
+                start_hitl(id, re, start)
+            }
+            other => {
+                // `Session::request` answers every other kind itself.
+                tracing::error!(
+                    kind = other.type_name(),
+                    "request handed back by the session"
+                );
+                tracing::warn!(kind = re, "answered an unsupported request");
+                vec![error_frame(
+                    &id,
+                    re,
+                    protocol::ErrorCode::Internal,
+                    format!("{re} {}", super::UNSUPPORTED_SUFFIX),
+                )]
+            }
+        }
+    }
+
+    /// `adapter.send_media`: a silenced turn is answered at once with
+    /// success and nothing uploaded; otherwise the file is uploaded and the
+    /// message then goes to the turn machine ([`Input::Media`]).
+    fn send_media(
+        &mut self,
+        id: String,
+        re: &'static str,
+        media: AdapterSendMedia,
+        random: u128,
+    ) -> Vec<SessionEffect> {
+        let request = self.register(id, re);
+        let session_key = media.ctx.session_key.clone();
+        if let Some(answer) = self.silenced_media(request, session_key.as_deref(), &media.chat_id) {
+            return vec![answer];
+        }
+        let message = HostMedia {
+            request,
+            session_key,
+            conversation_id: media.chat_id.clone(),
+            caption: media.caption.clone().unwrap_or_default(),
+            reply_to: media.reply_to.clone(),
+            metadata: media.metadata.clone().unwrap_or_default(),
+            media: MediaPayload {
+                content_type: String::new(),
+                attachments: Vec::new(),
+            },
+            random,
+        };
+        self.uploads
+            .insert(request.0, PendingUpload::Media(Box::new(message)));
+        vec![SessionEffect::UploadMedia {
+            request,
+            media: Box::new(media),
+        }]
+    }
+
+    /// An upload finished: the message goes to the turn machine, or the
+    /// request is answered with the error.
+    fn uploaded(
+        &mut self,
+        request: RequestId,
+        result: Result<MediaPayload, String>,
+        now_ms: u64,
+    ) -> Vec<SessionEffect> {
+        let Some(pending) = self.uploads.remove(&request.0) else {
+            tracing::error!(request = request.0, "upload result for no pending send");
+            debug_assert!(false, "upload result for no pending send");
+            return Vec::new();
+        };
+        match result {
+            Ok(payload) => {
+                let input = match pending {
+                    PendingUpload::Media(mut message) => {
+                        message.media = payload;
+                        Input::Media(*message)
+                    }
+                    PendingUpload::Standalone(mut send) => {
+                        send.media = Some(payload);
+                        Input::Standalone(*send)
+                    }
+                };
+                self.feed(input, now_ms)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "outbound media not sent");
+                let standalone = matches!(pending, PendingUpload::Standalone(_));
+                let reply = upload_failed(standalone, error);
+                self.reply_line(request, reply)
+                    .map(SessionEffect::Reply)
+                    .into_iter()
+                    .collect()
+            }
+        }
+    }
+
+    /// The connect calls finished: on success the cache and agent are
+    /// replaced, the previous connection's loops stop and the new ones
+    /// start; the shim is answered either way.
+    fn connect_done(
+        &mut self,
+        call: ConnectCall,
+        result: Result<(AgentMe, Vec<Conversation>), ConnectFailure>,
+    ) -> Vec<SessionEffect> {
+        let mut effects = Vec::new();
+        let answer = match result {
+            Ok((me, conversations)) => {
+                let answer = self.connected(me, conversations, call.busy_handler);
+                self.stop_refetch();
+                effects.push(self.publish_conversations());
+                effects.push(SessionEffect::OpenConnection);
+                answer
+            }
+            Err(failure) => connect::refusal(failure),
+        };
+        self.connected = answer.connected;
+        let body = ShimResponse::AdapterConnect(answer).to_body();
+        effects.push(SessionEffect::Frame(protocol::encode_response(
+            &call.id,
+            call.re,
+            Ok(body),
+        )));
+        effects
+    }
+
+    /// Disconnect and shutdown: the loops and the stream stop, every open
+    /// blocking interaction is cancelled, and a re-fetch on its way is
+    /// stale.
+    fn stop_connection(&mut self) -> Vec<SessionEffect> {
+        self.connected = false;
+        self.stop_refetch();
+        vec![
+            SessionEffect::StopConnection,
+            SessionEffect::CancelHitl(self.hitl.cancel_session(None)),
+        ]
+    }
+
+    /// One stream event.
+    fn event(&mut self, kind: EventKind) -> Vec<SessionEffect> {
+        let (step, keys_changed) = self.stream_event(kind);
+        let mut effects = Vec::new();
+        if keys_changed {
+            effects.push(self.publish_conversations());
+        }
+        match step {
+            StreamStep::Nothing => {}
+            StreamStep::Inbound(step) => effects.extend(self.inbound(step)),
+            StreamStep::Ring(conversation_id) => effects.push(SessionEffect::Ring(conversation_id)),
+            StreamStep::Refetch => effects.push(SessionEffect::Refetch(self.start_refetch())),
+        }
+        effects
+    }
+
+    /// What a `message.created` event became.
+    fn inbound(&mut self, step: InboundStep) -> Vec<SessionEffect> {
+        match step {
+            InboundStep::Nothing => Vec::new(),
+            InboundStep::Send(message) => vec![SessionEffect::Frame(
+                self.request_line(DaemonRequest::InboundMessage(*message)),
+            )],
+            InboundStep::Materialize {
+                job,
+                conversation_id,
+                message,
+                source,
+                attachments,
+                intent,
+            } => {
+                let scope = self.media_scope;
+                // If the download dies, the message still goes out: no
+                // media, and every attachment that needs it counted
+                // unavailable (fail closed).
+                let fallback = finish_inbound(
+                    (*message).clone(),
+                    &source,
+                    scope,
+                    Vec::new(),
+                    media::all_unavailable(scope, &attachments),
+                    intent,
+                );
+                vec![SessionEffect::Materialize(Box::new(Materialize {
+                    job,
+                    conversation_id,
+                    message: *message,
+                    source,
+                    attachments,
+                    intent,
+                    scope,
+                    fallback,
+                }))]
+            }
+        }
+    }
+
+    /// The set of conversations the signal pass visits: the cache's keys.
+    fn publish_conversations(&self) -> SessionEffect {
+        SessionEffect::PublishConversations(self.conversations.ids())
+    }
+}
+
+/// A download of a waking message's attachments, holding its place in its
+/// conversation's lane; report [`SessionInput::MediaDone`] with the
+/// finished message (`fallback` when the download task died).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Materialize {
+    /// The lane job.
+    pub job: u64,
+    /// The conversation.
+    pub conversation_id: String,
+    /// The message, before its media.
+    pub message: InboundMessage,
+    /// The Canon message object (the markers read it).
+    pub source: Value,
+    /// Its attachments, in order.
+    pub attachments: Vec<Value>,
+    /// The delivery intent before any demotion.
+    pub intent: DeliveryIntent,
+    /// Which media the model may see.
+    pub scope: TrustedScope,
+    /// The message to send when the download task died.
+    pub fallback: InboundMessage,
+}
+
+/// The effects of an opened blocking interaction, or the answer that too
+/// many are open.
+fn start_hitl(id: String, re: &'static str, start: Option<HitlStart>) -> Vec<SessionEffect> {
+    match start {
+        Some(start) => vec![SessionEffect::StartHitl {
+            id,
+            re,
+            start: Box::new(start),
+        }],
+        None => vec![send_result_frame(&id, re, hitl::table::too_many())],
+    }
+}
+
+/// The answer of a blocking interaction request while not connected.
+pub fn not_connected(id: &str, re: &str) -> SessionEffect {
+    send_result_frame(id, re, hitl::table::failure(hitl::NOT_CONNECTED, false))
+}
+
+/// The frame answering a blocking HITL request with a `SendResult`.
+pub fn send_result_frame(id: &str, re: &str, result: SendResult) -> SessionEffect {
+    let body = serde_json::to_value(result).unwrap_or_else(|_| Value::Object(Default::default()));
+    SessionEffect::Frame(protocol::encode_response(id, re, Ok(body)))
+}
+
+/// The line answering a `probe` with its result (the shell sets the
+/// check's error first on a verifying probe).
+pub fn probe_answer(id: &str, re: &str, result: ProbeResult) -> String {
+    let body = ShimResponse::Probe(result).to_body();
+    protocol::encode_response(id, re, Ok(body))
+}
+
+fn empty_answer(id: &str, re: &str) -> SessionEffect {
+    SessionEffect::Frame(protocol::encode_response(
+        id,
+        re,
+        Ok(Value::Object(Default::default())),
+    ))
+}
+
+/// Uploads waiting for their media, by request number.
+pub(super) type Uploads = HashMap<u64, PendingUpload>;

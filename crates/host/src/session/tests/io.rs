@@ -1,0 +1,532 @@
+//! Whole daemon scenarios through [`Session::handle`] that need I/O: the
+//! connect calls, the stream's states and events, runtime signals,
+//! re-fetches, downloads, uploads and blocking interactions. Each is the
+//! pure twin of a whole-binary scenario in `crates/cli/tests/it/serve_*.rs`
+//! (named in its doc line); the shell's part is played by feeding back
+//! the report an effect asks for.
+
+use canon_wire::types::{InteractionCreated, InteractionResult, RuntimeSignal};
+
+use super::*;
+use crate::hitl::table::HitlOutcome;
+
+fn object(value: Value) -> serde_json::Map<String, Value> {
+    value.as_object().cloned().unwrap_or_default()
+}
+
+fn me() -> AgentMe {
+    AgentMe::from_object(object(
+        json!({"agentId": "a1", "displayName": "Hermes", "ownerId": "o1"}),
+    ))
+}
+
+fn connect_body() -> Value {
+    json!({"is_reconnect": false, "adapter_instance": 1,
+           "config": {"extra": {}, "home_channel": null},
+           "host": {"approvals_timeout_s": 60.0},
+           "seams": {"busy_handler": true, "dequeue_ack": true}})
+}
+
+fn ctx(conversation: &str) -> Value {
+    json!({"platform": "canon", "chat_id": conversation, "user_id": "u1", "user_name": "Una",
+           "session_key": session_key(conversation), "message_id": "m1"})
+}
+
+/// The body of the one frame in `effects`, parsed.
+fn frame_body(effects: &[SessionEffect]) -> Value {
+    let frames: Vec<&String> = effects
+        .iter()
+        .filter_map(|e| match e {
+            SessionEffect::Frame(line) | SessionEffect::Reply(line) => Some(line),
+            _ => None,
+        })
+        .collect();
+    let [line] = frames.as_slice() else {
+        panic!("one frame: {effects:?}");
+    };
+    serde_json::from_str(line).expect("a JSON line")
+}
+
+impl Daemon {
+    /// `adapter.connect` answered by Canon with `me` and `conversations`.
+    fn connect_with(&mut self, conversations: Value) -> Vec<String> {
+        let asked = self.request("s:c", "adapter.connect", connect_body());
+        assert_eq!(asked, ["connect s:c busy_handler=true"]);
+        let call = ConnectCall {
+            id: "s:c".into(),
+            re: "adapter.connect",
+            busy_handler: true,
+        };
+        self.handle(SessionInput::ConnectDone {
+            call,
+            result: Ok((me(), Conversation::list_from(conversations))),
+        })
+    }
+
+    fn connect(&mut self) {
+        self.connect_with(json!([{"id": "c1", "type": "direct", "name": "Una"}]));
+    }
+}
+
+/// `connect_caches_the_conversations_for_chat_info`.
+#[test]
+fn connect_caches_the_conversations_and_opens_the_connection() {
+    let mut daemon = Daemon::connected();
+    let answered = daemon.connect_with(json!([{"id": "c1", "type": "group", "name": "Team"}]));
+    assert_eq!(
+        answered,
+        [
+            "conversations [\"c1\"]",
+            "open connection",
+            "answer s:c adapter.connect ok"
+        ]
+    );
+    assert!(daemon.session.connected);
+    assert_eq!(daemon.session.host_approvals_timeout, Some(60.0));
+    let info = daemon.handle_effects(SessionInput::Line(
+        protocol::encode_request("s:2", "adapter.chat_info", json!({"chat_id": "c1"})).into_bytes(),
+    ));
+    let body = frame_body(&info)["body"].clone();
+    assert_eq!(body["name"], json!("Team"));
+    assert_eq!(body["type"], json!("group"));
+}
+
+/// `rejected_conversation_list_fails_connect_as_auth_failed` and
+/// `failing_conversation_list_fails_connect_retryably`.
+#[test]
+fn a_failed_connect_call_answers_a_fatal_and_opens_nothing() {
+    for (status, code, retryable) in [(401, "auth_failed", false), (503, "connect_failed", true)] {
+        let mut daemon = Daemon::connected();
+        daemon.request("s:c", "adapter.connect", connect_body());
+        let effects = daemon.handle_effects(SessionInput::ConnectDone {
+            call: ConnectCall {
+                id: "s:c".into(),
+                re: "adapter.connect",
+                busy_handler: true,
+            },
+            result: Err(ConnectFailure::Call {
+                status: Some(status),
+                message: format!("HTTP {status}"),
+                retryable,
+            }),
+        });
+        assert_eq!(effects.len(), 1, "only the answer: {effects:?}");
+        let body = frame_body(&effects)["body"].clone();
+        assert_eq!(body["connected"], json!(false));
+        assert_eq!(body["fatal"]["retryable"], json!(retryable), "{body}");
+        if status == 401 {
+            assert_eq!(body["fatal"]["code"], json!(code));
+        }
+        assert!(!daemon.session.connected);
+    }
+}
+
+/// `invalid_delivery_values_refuse_the_connect`: refused before any call.
+#[test]
+fn an_invalid_media_setting_refuses_the_connect_without_a_call() {
+    let mut daemon = Daemon::connected();
+    daemon.session.config.inbound_image_delivery = Some("sometimes".into());
+    let effects = daemon.handle_effects(SessionInput::Line(
+        protocol::encode_request("s:c", "adapter.connect", connect_body()).into_bytes(),
+    ));
+    assert_eq!(effects.len(), 1, "no connect effect: {effects:?}");
+    let body = frame_body(&effects)["body"].clone();
+    assert_eq!(body["connected"], json!(false));
+    assert_eq!(body["fatal"]["code"], json!(connect::INVALID_CONFIG_CODE));
+}
+
+/// `disconnect_stops_the_signal_poll`: the loops stop, open interactions
+/// are cancelled, and a re-fetch on its way is stale.
+#[test]
+fn disconnect_stops_the_connection_and_cancels_what_is_open() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let generation = match daemon
+        .handle_effects(SessionInput::StreamEvent(EventKind::ReplayExpired {
+            last_available_id: None,
+        }))
+        .as_slice()
+    {
+        [SessionEffect::Refetch(generation)] => *generation,
+        other => panic!("a re-fetch: {other:?}"),
+    };
+    let event = daemon.message("c1", "m1", "ask me").expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let started = daemon.request(
+        "s:2",
+        "adapter.send_clarify",
+        json!({"chat_id": "c1", "question": "Which?", "choices": null, "clarify_id": "q1",
+               "session_key": session_key("c1"), "metadata": null, "ctx": ctx("c1")}),
+    );
+    assert_eq!(started, ["start hitl 1 s:2 adapter.send_clarify c1"]);
+    let stopped = daemon.request("s:3", "adapter.disconnect", json!({"adapter_instance": 1}));
+    assert_eq!(stopped[0], "stop connection");
+    assert_eq!(stopped[1], "cancel hitl [1]");
+    assert_eq!(
+        stopped.last().map(String::as_str),
+        Some("answer s:3 adapter.disconnect ok")
+    );
+    assert!(!daemon.session.connected);
+    let late = daemon.handle(SessionInput::Refetched {
+        generation,
+        result: Ok(Conversation::list_from(json!([{"id": "late"}]))),
+    });
+    assert!(late.is_empty(), "stale after the disconnect: {late:?}");
+    assert_eq!(daemon.session.conversations.ids(), ["c1"]);
+}
+
+/// `replay_expired_refetches_the_conversation_list` and
+/// `failed_refetch_reconnects_the_stream_and_is_not_fatal`.
+#[test]
+fn replay_expiry_refetches_and_a_failed_refetch_reconnects() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let expired = || {
+        SessionInput::StreamEvent(EventKind::ReplayExpired {
+            last_available_id: Some("41".into()),
+        })
+    };
+    assert_eq!(daemon.handle(expired()), ["refetch 2"]);
+    let replaced = daemon.handle(SessionInput::Refetched {
+        generation: 2,
+        result: Ok(Conversation::list_from(json!([{"id": "c1"}, {"id": "c2"}]))),
+    });
+    assert_eq!(
+        replaced,
+        ["refetch settled", "conversations [\"c1\", \"c2\"]"]
+    );
+    assert_eq!(daemon.handle(expired()), ["refetch 3"]);
+    let failed = daemon.handle(SessionInput::Refetched {
+        generation: 3,
+        result: Err("HTTP 503".into()),
+    });
+    assert_eq!(failed, ["refetch settled", "reconnect stream"]);
+}
+
+/// `doorbell_signal_reaches_the_shim_as_control_signal`.
+#[test]
+fn a_doorbell_is_consumed_and_its_signal_reaches_the_shim() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let rung = daemon.handle(SessionInput::StreamEvent(EventKind::RuntimeControl {
+        conversation_id: "c1".into(),
+        kind: "signal".into(),
+    }));
+    assert_eq!(rung, ["ring c1"]);
+    let signal = RuntimeSignal::from_object(&object(
+        json!({"status": "signal", "signal": "interrupt", "id": "sig-1", "requestedBy": "u1"}),
+    ))
+    .expect("a signal");
+    let effects = daemon.handle_effects(SessionInput::Signal {
+        conversation_id: "c1".into(),
+        signal,
+    });
+    let frame = frame_body(&effects);
+    assert_eq!(frame["type"], json!("control.signal"));
+    assert_eq!(frame["id"], json!("d:1"));
+    assert_eq!(frame["body"]["chat_id"], json!("c1"));
+}
+
+/// The stream's states: a (re)connect tells the shim, a failure is fatal
+/// and forgets the stream, an end forgets it.
+#[test]
+fn stream_states_become_notifications() {
+    let mut daemon = Daemon::connected();
+    let connected = daemon.handle(SessionInput::StreamConnected);
+    assert_eq!(connected, ["adapter.status {\"connected\":true}"]);
+    let failed = daemon.handle(SessionInput::StreamFailed("HTTP 401".into()));
+    assert_eq!(failed[0], "close stream");
+    assert!(failed[1].starts_with("adapter.fatal "), "{failed:?}");
+    assert_eq!(daemon.handle(SessionInput::StreamEnded), ["close stream"]);
+}
+
+/// `a_later_message_never_overtakes_earlier_media_in_its_conversation`.
+#[test]
+fn a_message_behind_a_download_goes_out_after_it_in_order() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let payload = |id: &str, extra: Value| {
+        let mut message = json!({"id": id, "senderId": "u1", "senderName": "Una",
+                                 "senderType": "human", "text": format!("text {id}")});
+        if let (Value::Object(m), Value::Object(e)) = (&mut message, extra) {
+            m.extend(e);
+        }
+        let payload = object(json!({"conversationId": "c1", "message": message,
+                                    "conversation": {"id": "c1", "type": "direct"}}));
+        EventKind::MessageCreated(Box::new(MessageCreated {
+            conversation_id: "c1".into(),
+            message: payload["message"].as_object().cloned().unwrap_or_default(),
+            payload,
+            reply_authority: None,
+        }))
+    };
+    let first = daemon.handle_effects(SessionInput::StreamEvent(payload(
+        "m1",
+        json!({"attachments": [{"url": "https://files.test/a.png", "mimeType": "image/png"}]}),
+    )));
+    let job = match first.as_slice() {
+        [SessionEffect::Materialize(job)] => job.clone(),
+        other => panic!("a download: {other:?}"),
+    };
+    assert_eq!(job.attachments.len(), 1);
+    assert_eq!(job.fallback.event_ref, job.message.event_ref);
+    let behind = daemon.handle(SessionInput::StreamEvent(payload("m2", json!({}))));
+    assert!(behind.is_empty(), "waits behind the download: {behind:?}");
+    assert!(daemon.session.accepts_events());
+    let released = daemon.handle_effects(SessionInput::MediaDone {
+        conversation_id: "c1".into(),
+        job: job.job,
+        message: Box::new(job.message.clone()),
+    });
+    let texts: Vec<String> = released
+        .iter()
+        .map(|e| match e {
+            SessionEffect::Frame(line) => {
+                let v: Value = serde_json::from_str(line).unwrap();
+                assert_eq!(v["type"], json!("inbound.message"));
+                v["body"]["event"]["text"].as_str().unwrap_or("").to_owned()
+            }
+            other => panic!("frames only: {other:?}"),
+        })
+        .collect();
+    assert_eq!(texts, ["text m1", "text m2"]);
+}
+
+/// `image_file_in_an_open_turn_is_one_durable_turn_complete…` (the upload
+/// half) and `oversized_file_is_refused_and_nothing_is_uploaded` (a failed
+/// upload is answered, nothing is sent).
+#[test]
+fn media_is_uploaded_then_sent_and_a_failed_upload_is_answered() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let event = daemon
+        .message("c1", "m1", "send the report")
+        .expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let media = |id: &str, daemon: &mut Daemon| {
+        daemon.request(
+            id,
+            "adapter.send_media",
+            json!({"op": "document", "chat_id": "c1", "path": "/tmp/report.pdf",
+                   "caption": "Report", "file_name": "report.pdf", "reply_to": null,
+                   "metadata": null, "mime_type": "application/pdf", "ctx": ctx("c1")}),
+        )
+    };
+    assert_eq!(media("s:2", &mut daemon), ["upload media r2 c1"]);
+    let sent = daemon.handle(SessionInput::Uploaded {
+        request: RequestId(2),
+        result: Ok(turn::MediaPayload {
+            content_type: "file".into(),
+            attachments: vec![json!({"id": "att-1", "name": "report.pdf"})],
+        }),
+    });
+    let deliveries = only(&sent, "deliver");
+    assert_eq!(deliveries.len(), 1, "one durable message: {sent:?}");
+    assert!(deliveries[0].contains("\"Report\""), "{deliveries:?}");
+    assert!(
+        only(&sent, "reply ").is_empty(),
+        "answered after the delivery"
+    );
+    let answered = daemon.handle(SessionInput::Delivered {
+        op: OpId(1),
+        result: Ok(Some("msg-1".into())),
+    });
+    assert_eq!(only(&answered, "reply "), ["reply s:2 adapter.send_media"]);
+    assert_eq!(media("s:3", &mut daemon), ["upload media r3 c1"]);
+    let refused = daemon.handle_effects(SessionInput::Uploaded {
+        request: RequestId(3),
+        result: Err("the file is larger than 25 MiB".into()),
+    });
+    let answer = frame_body(&refused);
+    assert_eq!(answer["id"], json!("s:3"));
+    assert_eq!(answer["body"]["success"], json!(false), "{answer}");
+    assert!(
+        refused
+            .iter()
+            .all(|e| !matches!(e, SessionEffect::Canon(Effect::Deliver(_)))),
+        "nothing is sent"
+    );
+}
+
+/// `standalone_send_uploads_media_files_onto_the_final_part`.
+#[test]
+fn a_standalone_send_with_files_uploads_then_delivers_one_group() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let asked = daemon.request(
+        "s:1",
+        "standalone.send",
+        json!({"pconfig": {"extra": {}, "home_channel": null}, "chat_id": "c1",
+               "message": "Daily report", "thread_id": null,
+               "media_files": ["/tmp/a.png"], "force_document": false}),
+    );
+    assert_eq!(asked, ["upload files r1 c1 [\"/tmp/a.png\"]"]);
+    let delivered = daemon.handle(SessionInput::Uploaded {
+        request: RequestId(1),
+        result: Ok(turn::MediaPayload {
+            content_type: "image".into(),
+            attachments: vec![json!({"id": "att-1"})],
+        }),
+    });
+    let deliveries = only(&delivered, "deliver");
+    assert_eq!(deliveries.len(), 1, "{delivered:?}");
+    assert!(deliveries[0].contains("\"Daily report\""), "{deliveries:?}");
+}
+
+/// `hitl_requests_fail_cleanly_when_not_connected_or_refused`.
+#[test]
+fn a_blocking_interaction_before_connect_fails_cleanly() {
+    let mut daemon = Daemon::connected();
+    let effects = daemon.handle_effects(SessionInput::Line(
+        protocol::encode_request(
+            "s:1",
+            "adapter.send_clarify",
+            json!({"chat_id": "c1", "question": "Which?", "choices": null, "clarify_id": "q1",
+                   "session_key": session_key("c1"), "metadata": null, "ctx": ctx("c1")}),
+        )
+        .into_bytes(),
+    ));
+    let answer = frame_body(&effects);
+    assert_eq!(answer["body"]["success"], json!(false));
+    assert!(daemon.session.hitl.is_empty());
+}
+
+/// `clarify_asks_canon_and_resolves_hermes_with_the_answer` and
+/// `the_end_of_the_turn_cancels_an_open_interaction`.
+#[test]
+fn a_clarify_waits_for_its_human_then_resolves_hermes() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let event = daemon.message("c1", "m1", "pick one").expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let started = daemon.request(
+        "s:2",
+        "adapter.send_clarify",
+        json!({"chat_id": "c1", "question": "Which?", "choices": ["a", "b"], "clarify_id": "q1",
+               "session_key": session_key("c1"), "metadata": null, "ctx": ctx("c1")}),
+    );
+    assert_eq!(started, ["start hitl 1 s:2 adapter.send_clarify c1"]);
+    let created = daemon.handle(SessionInput::HitlCreated {
+        key: 1,
+        shim_id: "s:2".into(),
+        re: "adapter.send_clarify",
+        result: Ok(InteractionCreated::from_object(object(
+            json!({"messageId": "msg-q", "interactive": true, "responseUserId": "u1"}),
+        ))),
+    });
+    assert_eq!(only(&created, "turn "), ["turn waiting_input c1"]);
+    assert_eq!(
+        created.last().map(String::as_str),
+        Some("answer s:2 adapter.send_clarify ok")
+    );
+    let finished = daemon.handle_effects(SessionInput::HitlFinished {
+        key: 1,
+        outcome: HitlOutcome::Answered(InteractionResult::from_object(object(
+            json!({"status": "submitted", "respondedBy": "u1", "response": {"choice": "b"}}),
+        ))),
+    });
+    let lines: Vec<String> = finished.iter().map(describe).collect();
+    assert_eq!(lines[0], "forget hitl 1");
+    assert_eq!(only(&lines, "turn "), ["turn tool c1"]);
+    let resolve = match finished.last() {
+        Some(SessionEffect::Frame(line)) => serde_json::from_str::<Value>(line).unwrap(),
+        other => panic!("a clarify.resolve last: {other:?}"),
+    };
+    assert_eq!(resolve["type"], json!("clarify.resolve"));
+    assert_eq!(resolve["body"]["clarify_id"], json!("q1"));
+
+    // A second clarify stays open until the turn ends, which cancels it.
+    daemon.request(
+        "s:3",
+        "adapter.send_clarify",
+        json!({"chat_id": "c1", "question": "And?", "choices": null, "clarify_id": "q2",
+               "session_key": session_key("c1"), "metadata": null, "ctx": ctx("c1")}),
+    );
+    let closing = daemon.complete("s:4", &event, "c1");
+    assert_eq!(closing[0], "cancel hitl [2]");
+}
+
+/// A failed create call forgets its task and answers the failure; the
+/// turn never waits.
+#[test]
+fn a_failed_interaction_create_is_answered_and_forgotten() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let event = daemon.message("c1", "m1", "pick").expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    daemon.request(
+        "s:2",
+        "adapter.send_clarify",
+        json!({"chat_id": "c1", "question": "Which?", "choices": null, "clarify_id": "q1",
+               "session_key": session_key("c1"), "metadata": null, "ctx": ctx("c1")}),
+    );
+    let failed = daemon.handle(SessionInput::HitlCreated {
+        key: 1,
+        shim_id: "s:2".into(),
+        re: "adapter.send_clarify",
+        result: Err(("HTTP 503".into(), true)),
+    });
+    assert_eq!(failed.first().map(String::as_str), Some("forget hitl 1"));
+    assert!(only(&failed, "turn ").is_empty(), "{failed:?}");
+    assert_eq!(
+        failed.last().map(String::as_str),
+        Some("answer s:2 adapter.send_clarify ok")
+    );
+}
+
+/// `typing_and_tool_hooks_are_carried_to_canon`: notifications feed the
+/// turn machine.
+#[test]
+fn typing_notifications_reach_canon() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let line = protocol::encode_notification(
+        "typing",
+        json!({"chat_id": "c1", "on": true, "metadata": {"status": "thinking"}}),
+    );
+    let effects = daemon.handle(SessionInput::Line(line.into_bytes()));
+    assert_eq!(only(&effects, "typing "), ["typing c1 true"]);
+}
+
+/// Bad lines: one with an id and a type is answered with the error; one
+/// without is dropped; the daemon goes on.
+#[test]
+fn unusable_lines_are_answered_when_they_can_be_and_never_fatal() {
+    let mut daemon = Daemon::connected();
+    assert!(daemon
+        .handle(SessionInput::Line(b"not json {".to_vec()))
+        .is_empty());
+    let answered = daemon.handle(SessionInput::Line(
+        br#"{"v":1,"type":"adapter.send","id":"s:9","body":{"chat_id":7}}"#.to_vec(),
+    ));
+    assert_eq!(answered.len(), 1);
+    assert!(
+        answered[0].starts_with("answer s:9 adapter.send error"),
+        "{answered:?}"
+    );
+    assert!(daemon.handle(SessionInput::LineTooLarge).is_empty());
+    let still = daemon.request("s:10", "adapter.chat_info", json!({"chat_id": "c1"}));
+    assert_eq!(still, ["answer s:10 adapter.chat_info ok"]);
+}
+
+/// `out_of_turn_send_is_one_durable_chunked_message_group`, and the
+/// delivery's outcome answering the send.
+#[test]
+fn an_out_of_turn_send_is_one_durable_delivery_answered_after_it() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let body = json!({"chat_id": "c1", "content": "Reminder: standup", "reply_to": null,
+                      "metadata": null, "ctx": {"platform": "canon"}});
+    let asked = daemon.request("s:1", "adapter.send", body);
+    let deliveries = only(&asked, "deliver");
+    assert_eq!(deliveries.len(), 1, "{asked:?}");
+    assert!(
+        only(&asked, "reply ").is_empty(),
+        "answered after the delivery"
+    );
+    let answered = daemon.handle(SessionInput::Delivered {
+        op: OpId(1),
+        result: Ok(Some("msg-1".into())),
+    });
+    assert_eq!(only(&answered, "reply "), ["reply s:1 adapter.send"]);
+}
