@@ -2,6 +2,7 @@
 
 mod card_validate;
 mod gateway_support;
+mod hermes_bursts;
 mod hermes_busy;
 mod hermes_gateway;
 mod serve_hitl;
