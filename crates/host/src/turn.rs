@@ -1703,7 +1703,12 @@ impl Turn {
         let (metadata, options) = durable_fields(hermes_metadata);
         candidate.metadata.extend(metadata);
         candidate.options.extend(options);
-        if reply_to.is_some() {
+        // The first reply target staged in a turn stays: it is the stream's
+        // first send, which replies to the message the turn answers. A later
+        // send naming another message is Hermes re-sending an answer it
+        // already streamed, anchored to the first message of its run (its
+        // recursion cap over queued follow-ups does that).
+        if candidate.reply_to.is_none() {
             candidate.reply_to = reply_to;
         }
         content.clone_into(&mut candidate.text);

@@ -1,4 +1,4 @@
-//! Bursts of human messages with a real Hermes gateway (issue 12): several conversations busy at
+//! Bursts of human messages with a real Hermes gateway: several conversations busy at
 //! once, people typing several lines quickly. Every human message must be answered by exactly
 //! one agent `turn_complete` (by its `replyTo` or by the closing turn's active message ids),
 //! every final must reply to the message it answers, and no Canon turn may open and close
@@ -491,7 +491,6 @@ async fn one_conversation_four_lines_are_each_answered_once() {
 /// One conversation, five lines 250 ms apart: the fifth line is still queued when the fourth
 /// runs at Hermes' recursion cap (`_MAX_INTERRUPT_DEPTH = 3`).
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "issue 12: fails until the burst fix lands"]
 async fn one_conversation_five_lines_are_each_answered_once() {
     run_burst(
         "one_conversation_five",
@@ -504,7 +503,6 @@ async fn one_conversation_five_lines_are_each_answered_once() {
 
 /// One conversation, six lines 250 ms apart: two lines are queued at the recursion cap.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "issue 12: fails until the burst fix lands"]
 async fn one_conversation_six_lines_are_each_answered_once() {
     run_burst(
         "one_conversation_six",
@@ -517,7 +515,6 @@ async fn one_conversation_six_lines_are_each_answered_once() {
 
 /// Two direct conversations, six lines each, interleaved 250 ms apart.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "issue 12: fails until the burst fix lands"]
 async fn two_direct_conversations_bursts_are_each_answered_once() {
     run_burst(
         "two_direct",
@@ -531,7 +528,6 @@ async fn two_direct_conversations_bursts_are_each_answered_once() {
 /// A direct conversation and a group that mentions the agent, six lines each, interleaved
 /// 250 ms apart (the issue's measurement).
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "issue 12: fails until the burst fix lands"]
 async fn direct_and_group_bursts_are_each_answered_once() {
     run_burst(
         "direct_and_group",
@@ -548,7 +544,6 @@ async fn direct_and_group_bursts_are_each_answered_once() {
 /// Two humans in one group, three lines each, interleaved 250 ms apart: two Hermes sessions
 /// (`group_sessions_per_user`) busy in one Canon conversation, below the recursion cap.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "issue 12: fails until the shim's turn_ctx reads HERMES_SESSION_KEY"]
 async fn two_humans_in_one_group_are_each_answered_once() {
     run_burst(
         "group_two_humans",

@@ -151,6 +151,10 @@ fn shim_constants_equal_the_rust_constants() {
         .filter_map(Value::as_str)
         .collect();
     assert_eq!(shim_fields, fields);
+    let renamed = get("CTX_ENV").as_object().expect("a dict").clone();
+    for name in renamed.keys() {
+        assert!(shim_fields.contains(&name.as_str()), "CTX_ENV names {name}");
+    }
 
     // Per-request timeouts: the shim's table is the Rust table less the untimed requests, and
     // the Rust table covers every request type but `tool.call`.
@@ -185,6 +189,7 @@ fn shim_constants_equal_the_rust_constants() {
         "STANDALONE_FAILED",
         "HOST_REFUSAL",
         "CTX_VARS",
+        "CTX_ENV",
         "TIMEOUTS",
         "EXIT_WAIT",
     ]);
@@ -211,4 +216,32 @@ fn shim_constants_equal_the_rust_constants() {
         defined, checked,
         "every constant of _constants.py is checked here"
     );
+}
+
+/// Every turn-context variable the shim reads is one the audited Hermes sets
+/// (`gateway.session_context`): a wrong name reads as "no session" and sends land by chat id.
+/// Needs the Hermes venv.
+#[test]
+fn the_turn_context_variables_are_the_ones_hermes_sets() {
+    let hermes = super::gateway_support::hermes_bin();
+    let python = hermes.with_file_name("python");
+    let script = "import json, sys\n\
+                  sys.path.insert(0, sys.argv[1])\n\
+                  import _constants\n\
+                  from gateway import session_context\n\
+                  names = [_constants.CTX_ENV.get(n, 'HERMES_SESSION_' + n.upper()) for n in _constants.CTX_VARS]\n\
+                  print(json.dumps([n for n in names if n not in session_context._VAR_MAP]))\n";
+    let dir = shim_source();
+    let out = Command::new(python)
+        .arg("-B")
+        .args([OsStr::new("-c"), OsStr::new(script), dir.as_os_str()])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unknown: Vec<String> = serde_json::from_slice(&out.stdout).expect("a JSON list");
+    assert_eq!(unknown, Vec::<String>::new(), "names Hermes does not set");
 }

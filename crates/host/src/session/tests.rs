@@ -915,3 +915,59 @@ fn chat_info_before_connect_falls_back_to_the_id() {
 }
 
 mod io;
+
+/// The sequence a real Hermes 0.19.0 gateway produced when a burst of
+/// queued follow-ups reached its recursion cap (captured shim ⇄ daemon
+/// frames, one conversation): the fourth message's answer is streamed and
+/// finalized in its own turn, then Hermes sends the same text again, now
+/// replying to the first message of the run, and completes the first
+/// message's event. The final must still reply to the fourth message, once.
+/// The shim leaves the next follow-up queued at the cap (no dequeue ack),
+/// so it opens its own turn with `turn.start` afterwards.
+#[test]
+fn a_resend_anchored_to_the_runs_first_message_keeps_the_answers_reply_target() {
+    let mut daemon = Daemon::connected();
+    let a1 = daemon.message("c1", "mA1", "msgA1x").expect("wakes");
+    let a4 = daemon.message("c1", "mA4", "msgA4x").expect("wakes");
+    let a5 = daemon.message("c1", "mA5", "msgA5x").expect("wakes");
+    daemon.turn_start("s:1", &a1, "c1", "mA1");
+    daemon.stream("s:2", "c1", "mA1", "Answer A1 done here now");
+    daemon.finalize("s:3", "c1", "Answer A1 done here now");
+    let accepted = daemon.request(
+        "s:4",
+        "turn.accepted",
+        json!({"event_ref": a4, "session_key": session_key("c1"), "phase": "queue_dequeue",
+               "queue_depth": 1,
+               "event": {"chat_id": "c1", "chat_type": "dm", "user_id": "u1", "message_id": "mA4"}}),
+    );
+    assert_eq!(only(&accepted, "reply "), ["reply s:4 turn.accepted"]);
+    let boundary = daemon.stream("s:5", "c1", "mA4", "Answer A4 done here now ▉");
+    assert_eq!(
+        Daemon::deliveries(&boundary),
+        ["deliver op1 c1 [turn_complete reply_to=mA1 \"Answer A1 done here now\"]"]
+    );
+    daemon.finalize("s:6", "c1", "Answer A4 done here now");
+    daemon.finalize("s:7", "c1", "Answer A4 done here now");
+    let resent = daemon.send("s:8", "c1", "mA1", "Answer A4 done here now");
+    assert!(Daemon::deliveries(&resent).is_empty(), "{resent:?}");
+    let closing = daemon.complete("s:9", &a1, "c1");
+    assert_eq!(
+        Daemon::deliveries(&closing),
+        ["deliver op2 c1 [turn_complete reply_to=mA4 \"Answer A4 done here now\"]"],
+        "one final, replying to the message it answers"
+    );
+    // The follow-up left queued runs as a fresh processing cycle.
+    daemon.feed(Input::DeliveryOutcome {
+        op: OpId(2),
+        result: Ok(None),
+    });
+    daemon.after(FINAL_HANDOFF_MS);
+    daemon.turn_start("s:10", &a5, "c1", "mA5");
+    daemon.stream("s:11", "c1", "mA5", "Answer A5 done here now");
+    daemon.finalize("s:12", "c1", "Answer A5 done here now");
+    let last = daemon.complete("s:13", &a5, "c1");
+    assert_eq!(
+        Daemon::deliveries(&last),
+        ["deliver op3 c1 [turn_complete reply_to=mA5 \"Answer A5 done here now\"]"]
+    );
+}

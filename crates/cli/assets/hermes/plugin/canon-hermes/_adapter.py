@@ -307,9 +307,12 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         key = self._key(event.source)
         self._open.pop(key, None)
         self._runs.pop(key, None)
+        outcome = getattr(outcome, "value", str(outcome))
+        if key in self._cut:  # this adapter interrupted the run and no follow-up took it over
+            self._cut.discard(key)
+            outcome = "cancelled"
         await call("turn.complete", {"event_ref": self._ref(event), "session_key": key,
-                                     "outcome": getattr(outcome, "value", str(outcome)),
-                                     "queue_depth": self._depth(key)})
+                                     "outcome": outcome, "queue_depth": self._depth(key)})
 
     def _dequeued(self, key, event):
         """The runner dequeued `event` to run next inside the same run (hermes-host.md §12.2): a

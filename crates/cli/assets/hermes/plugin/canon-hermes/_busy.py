@@ -7,13 +7,24 @@ by its Canon delivery intent itself: `queue` (the runner's pending slot and its 
 `interrupt` (queue it and interrupt the running agent), `interleave` (the running agent's
 `steer`, else the queue) and `stop` (drop the queue, then interrupt). It also wraps
 `runner._promote_queued_event`, so the adapter hears when the runner dequeues a follow-up (the
-dequeue ack). Commands, internal events, unauthorized senders, a draining runner and plain-text
+dequeue ack), and `runner._run_agent`, to know how deep the runner's recursion over queued
+follow-ups is.
+
+Hermes runs queued follow-ups recursively inside the first message's run, at most
+`_MAX_INTERRUPT_DEPTH` levels deep. At that depth it dequeues the next follow-up and only then
+gives up recursing: it puts the event back with a single-slot write that overwrites the next
+queued message (lost), re-sends the answer it already streamed anchored to the first message
+(wrong reply target), and the dequeue ack has already told the daemon a follow-up turn started
+that never runs (an empty turn). So at that depth the wrapper does not dequeue at all: the
+follow-up stays at the head of the queue, no ack is sent, the run completes normally and
+Hermes' own drain runs the follow-up as a fresh processing cycle (its own `turn.start`). Commands, internal events, unauthorized senders, a draining runner and plain-text
 approval answers are left to the runner's own handler, as is everything when an attribute is
 missing. Also here: the event summary the daemon is told about an event.
 
 Hermes is imported only when a handler is installed, so this module loads without Hermes.
 """
 
+import contextvars
 import logging
 
 INTENTS = ("queue", "interrupt", "interleave", "stop")
@@ -24,7 +35,10 @@ APPROVAL_WORDS = frozenset((
     "session approve"))
 RUNNER_ATTRS = ("_queue_or_replace_pending_event", "_running_agents", "_is_user_authorized",
                 "_agent_has_active_subagents", "_session_has_compression_in_flight", "_draining",
-                "_queued_events", "_promote_queued_event", "_queue_depth")
+                "_queued_events", "_promote_queued_event", "_queue_depth", "_run_agent",
+                "_MAX_INTERRUPT_DEPTH")
+# The runner's recursion depth over queued follow-ups in the current task (0 outside a run).
+RUN_DEPTH = contextvars.ContextVar("canon_hermes_run_depth", default=0)
 
 log = logging.getLogger("canon_hermes")
 
@@ -76,8 +90,10 @@ class BusySeam:
 
     def set_busy_session_handler(self, handler):
         old = self._runner
-        if old is not None and self._wrapper_owned():  # restore only our own wrapper
+        if old is not None and self._wrapper_owned():  # restore only our own wrappers
             old._promote_queued_event = old._promote_queued_event._canon_original
+            if getattr(old._run_agent, "_canon_owner", None) is self:
+                old._run_agent = old._run_agent._canon_original
         runner = getattr(handler, "__self__", None)
         self._delegate, self._runner = handler, runner
         missing = [a for a in RUNNER_ATTRS if not hasattr(runner, a)] if runner is not None else ["runner"]
@@ -101,13 +117,55 @@ class BusySeam:
         original = getattr(current, "_canon_original", current)  # a newer adapter replaces, never stacks
 
         def promote(*args, **kwargs):
-            result = original(*args, **kwargs)
+            key = kwargs.get("session_key", args[0] if args else None)
             target = kwargs.get("adapter", args[1] if len(args) > 1 else None)
+            if target is self and RUN_DEPTH.get() >= runner._MAX_INTERRUPT_DEPTH:
+                pending = kwargs.get("pending_event", args[2] if len(args) > 2 else None)
+                return self._hold_at_depth_cap(key, pending)
+            result = original(*args, **kwargs)
             if result is not None and target is self and not runner._draining:
-                self._dequeued(kwargs.get("session_key", args[0] if args else None), result)
+                self._dequeued(key, result)
             return result
         promote._canon_original, promote._canon_owner = original, self
         runner._promote_queued_event = promote
+
+        current_run = runner._run_agent
+        original_run = getattr(current_run, "_canon_original", current_run)
+
+        async def run_agent(*args, **kwargs):
+            token = RUN_DEPTH.set(int(kwargs.get("_interrupt_depth") or 0))
+            try:
+                return await original_run(*args, **kwargs)
+            finally:
+                RUN_DEPTH.reset(token)
+        run_agent._canon_original, run_agent._canon_owner = original_run, self
+        runner._run_agent = run_agent
+
+    def _hold_at_depth_cap(self, key, pending):
+        """At the recursion cap: keep the next follow-up (the one the runner just took from the
+        head slot, else the overflow's head) at the head of the queue, in order, and tell the
+        runner there is nothing to run inside this run. Hermes' drain runs it next."""
+        head = pending
+        if head is None:
+            overflow = (self._runner._queued_events or {}).get(key)
+            if overflow:
+                head = overflow.pop(0)
+                if not overflow:
+                    self._runner._queued_events.pop(key, None)
+        if head is not None:
+            self._pending_messages[key] = head
+            log.info("canon-hermes: follow-up for %s left queued at the recursion cap", key)
+        return None
+
+    def _enqueue(self, key, event):
+        """Queue a follow-up behind every earlier one: between Hermes' drain taking the head slot
+        and the next promotion the slot is empty while older messages wait in the overflow, and
+        the runner would put a newcomer in the slot, ahead of them."""
+        overflow = (self._runner._queued_events or {}).get(key)
+        if key not in self._pending_messages and overflow:
+            overflow.append(event)
+        else:
+            self._runner._queue_or_replace_pending_event(key, event)
 
     def _delegate_for(self, event, key):
         """Whether the runner's own handler decides (hermes-host.md §12.3 step 1)."""
@@ -149,7 +207,7 @@ class BusySeam:
                     return True
             except Exception as exc:
                 log.warning("canon-hermes: steer failed: %s", exc)
-        runner._queue_or_replace_pending_event(key, event)
+        self._enqueue(key, event)
         head = self._pending_messages.get(key)
         overflow = (runner._queued_events or {}).get(key) or ()
         merged = head is not None and head is not event and all(e is not event for e in overflow)

@@ -20,6 +20,9 @@ PLATFORM = "canon"  # canon_host::protocol::PLATFORM: the turn context's platfor
 # The turn context's fields, in the order of canon_host::protocol::TurnContext.
 CTX_VARS = ("platform", "chat_id", "chat_name", "thread_id", "user_id", "user_name",
             "session_key", "session_id", "message_id", "profile")
+# Where Hermes keeps the context fields whose variable is not HERMES_SESSION_<FIELD>
+# (gateway/session_context.py in hermes-agent 0.19.0).
+CTX_ENV = {"session_key": "HERMES_SESSION_KEY", "session_id": "HERMES_SESSION_ID"}
 CONTROL_ID_PREFIX = "canon-control:"  # canon_host::turn::CONTROL_EVENT_PREFIX
 STANDALONE_FAILED = "Canon standalone send failed"  # a standalone send's error without a reason
 STANDALONE_ERROR_PREFIX = STANDALONE_FAILED + ": "  # canon_host::turn::STANDALONE_ERROR_PREFIX

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from ._constants import (BACKPRESSURE, CTX_VARS, DAEMON_EXITED, EXIT_WAIT, INTERNAL, NOT_CONNECTED,
+from ._constants import (BACKPRESSURE, CTX_ENV, CTX_VARS, DAEMON_EXITED, EXIT_WAIT, INTERNAL, NOT_CONNECTED,
                          PROTOCOL, TIMEOUT, TIMEOUTS)
 
 MULTIPLEX_UNKNOWN = (
@@ -91,7 +91,8 @@ def _multiplex_flag():
 def turn_ctx():
     """The task-local turn context, read in the calling thread or task (hermes-host.md §19.6)."""
     from gateway.session_context import get_session_env
-    return {name: get_session_env("HERMES_SESSION_" + name.upper(), "") or None for name in CTX_VARS}
+    return {name: get_session_env(CTX_ENV.get(name, "HERMES_SESSION_" + name.upper()), "") or None
+            for name in CTX_VARS}
 
 
 def binary():
