@@ -946,6 +946,10 @@ pub struct TurnStart {
     /// The session's queue depth.
     #[serde(default)]
     pub queue_depth: u32,
+    /// Events the gateway merged into this one (a picture joining a waiting
+    /// message): their messages are answered with it. Additive.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absorbed_refs: Vec<String>,
 }
 
 /// `turn.start` and `turn.accepted` result.
@@ -966,7 +970,7 @@ pub struct TurnAccepted {
     pub event: EventSummary,
     /// Always `queue_dequeue` today.
     pub phase: String,
-    /// Queued events merged into this one.
+    /// Events the gateway merged into this one (as for `turn.start`).
     #[serde(default)]
     pub absorbed_refs: Vec<String>,
     /// The session's queue depth.

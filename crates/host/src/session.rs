@@ -352,6 +352,21 @@ impl Session {
             self.dispatcher
                 .conversation_type(&event.chat_id, self.conversations.get(&event.chat_id))
         });
+        // Merged events never start a turn of their own: their messages are
+        // this turn's, and they are forgotten now.
+        let mut absorbed_message_ids = Vec::new();
+        let mut absorbed_queued_ids = Vec::new();
+        for absorbed in absorbed_refs.iter().filter(|r| r.as_str() != event_ref) {
+            if let Some(merged) = self.events.get(absorbed) {
+                if let Some(id) = merged.message_id.clone() {
+                    if merged.disposition_queued {
+                        absorbed_queued_ids.push(id.clone());
+                    }
+                    absorbed_message_ids.push(id);
+                }
+            }
+            self.events.forget(absorbed);
+        }
         let pending = self.events.get(event_ref);
         ProcessingStart {
             request,
@@ -359,7 +374,8 @@ impl Session {
             conversation_id: event.chat_id.clone(),
             message_id: event.message_id.clone(),
             disposition_queued: pending.is_some_and(|p| p.disposition_queued),
-            absorbed_queued_ids: self.events.message_ids(absorbed_refs),
+            absorbed_message_ids,
+            absorbed_queued_ids,
             responder: event.user_id.clone(),
             reply_authority: pending.and_then(|p| p.reply_authority.clone()),
             conversation_type,
@@ -520,7 +536,7 @@ impl Session {
                     start.session_key,
                     &start.event,
                     start.queue_depth,
-                    &[],
+                    &start.absorbed_refs,
                     random,
                 );
                 self.feed(Input::ProcessingStart(input), now_ms)

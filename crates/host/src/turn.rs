@@ -96,6 +96,7 @@
 //!         conversation_id: "conv-1".into(),
 //!         message_id: Some("m1".into()),
 //!         disposition_queued: false,
+//!         absorbed_message_ids: Vec::new(),
 //!         absorbed_queued_ids: Vec::new(),
 //!         responder: Some("u1".into()),
 //!         reply_authority: None,
@@ -645,7 +646,12 @@ impl TurnMachine {
         turn.responder = start.responder;
         turn.reply_authority = start.reply_authority;
         turn.queue_depth = start.queue_depth;
-        let active = start.message_id.into_iter().collect();
+        let mut active: Vec<String> = start.message_id.into_iter().collect();
+        for id in start.absorbed_message_ids {
+            if !id.is_empty() && !active.contains(&id) {
+                active.push(id);
+            }
+        }
         turn.publish(TurnState::Thinking, Some(active), self.config, now, out);
         if verbosity == Verbosity::Quiet {
             out.push(Effect::Streaming(StreamingUpdate::Blank {

@@ -971,3 +971,65 @@ fn a_resend_anchored_to_the_runs_first_message_keeps_the_answers_reply_target() 
         ["deliver op3 c1 [turn_complete reply_to=mA5 \"Answer A5 done here now\"]"]
     );
 }
+
+/// When the gateway merges a waiting message into another (a picture
+/// joining the text before it), the turn that answers them lists both among
+/// its active messages, acknowledges the queued disposition of the merged
+/// one, and the merged event never opens a turn of its own.
+#[test]
+fn a_merged_message_is_answered_by_the_turn_it_joined() {
+    let mut daemon = Daemon::connected();
+    let head = daemon.message("c1", "m2", "msgA2x").expect("wakes");
+    let merged = {
+        let payload = json!({"conversationId": "c1", "conversation": {"id": "c1", "type": "direct"},
+            "message": {"id": "m3", "senderId": "u1", "senderName": "Una", "senderType": "human",
+                        "text": "and this picture", "metadata": {"inboundDisposition": "queued"}}});
+        let Value::Object(payload) = payload else {
+            unreachable!()
+        };
+        let created = MessageCreated {
+            conversation_id: "c1".into(),
+            message: payload["message"].as_object().cloned().unwrap_or_default(),
+            payload,
+            reply_authority: None,
+        };
+        match daemon.session.message_created(created).0 {
+            InboundStep::Send(message) => message.event_ref,
+            other => panic!("wakes: {other:?}"),
+        }
+    };
+    let body = json!({"event_ref": head, "session_key": session_key("c1"),
+        "event": {"chat_id": "c1", "chat_type": "dm", "user_id": "u1", "message_id": "m2"},
+        "queue_depth": 0, "absorbed_refs": [merged]});
+    let effects = daemon.handle_effects(SessionInput::Line(
+        protocol::encode_request("s:1", "turn.start", body).into_bytes(),
+    ));
+    let active: Vec<Vec<String>> = effects
+        .iter()
+        .filter_map(|e| match e {
+            SessionEffect::Canon(Effect::PublishTurn(update)) => update.active_message_ids.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(active, [vec!["m2".to_owned(), "m3".to_owned()]]);
+    let acks: Vec<&str> = effects
+        .iter()
+        .filter_map(|e| match e {
+            SessionEffect::Canon(Effect::AckDisposition { message_id, .. }) => {
+                Some(message_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acks, ["m3"], "only the merged message was queued");
+    assert!(
+        daemon.session.events.get(&merged).is_none(),
+        "the merged event is forgotten"
+    );
+    daemon.send("s:2", "c1", "m2", "Answer A2 done here now");
+    let closing = daemon.complete("s:3", &head, "c1");
+    assert_eq!(
+        Daemon::deliveries(&closing),
+        ["deliver op1 c1 [turn_complete reply_to=m2 \"Answer A2 done here now\"]"]
+    );
+}

@@ -247,7 +247,11 @@ pub struct ProcessingStart {
     pub message_id: Option<String>,
     /// Whether the triggering message carried `inboundDisposition: queued`.
     pub disposition_queued: bool,
-    /// Queued message ids the gateway merged into this event.
+    /// The ids of every message the gateway merged into this event: the
+    /// turn answers them with it, so they are among its active messages.
+    pub absorbed_message_ids: Vec<String>,
+    /// Those of them that carried `inboundDisposition: queued` (their
+    /// dispositions are acknowledged when the turn opens).
     pub absorbed_queued_ids: Vec<String>,
     /// The trusted human sender (HITL responder).
     pub responder: Option<String>,

@@ -237,6 +237,7 @@ pub(super) fn start_in(
         conversation_id: conversation.to_owned(),
         message_id: Some(message.to_owned()),
         disposition_queued: false,
+        absorbed_message_ids: Vec::new(),
         absorbed_queued_ids: Vec::new(),
         responder: Some("human-1".to_owned()),
         reply_authority: None,

@@ -25,7 +25,7 @@ from gateway.platforms import base
 from gateway.platforms.base import BasePlatformAdapter, MessageEvent, MessageType, SendResult
 from gateway.session import build_session_key
 
-from ._busy import BusySeam, event_summary
+from ._busy import BusySeam, absorbed_refs, event_summary
 from ._constants import (CONTROL_ID_PREFIX, DAEMON_EXITED, INTERNAL, MULTIPLEX_MESSAGE, NOT_CONNECTED, PLATFORM,
                          STREAMING_OVERFLOW_LIMIT, TIMEOUTS, UNKNOWN_TYPE, MAX_MESSAGE_LENGTH as MESSAGE_LIMIT)
 from ._daemon import CRASH_LOOP, MANIFEST, SUPERVISOR, DaemonError, call, multiplex_active, turn_ctx
@@ -297,8 +297,10 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         started = int(time.time() * 1000)
         self._runs[key] = ref
         self._cut.discard(key)
-        body = await call("turn.start", {"event_ref": ref, "session_key": key, "event": summary,
-                                         "queue_depth": self._depth(key)})
+        body = {"event_ref": ref, "session_key": key, "event": summary, "queue_depth": self._depth(key)}
+        if absorbed_refs(event):
+            body["absorbed_refs"] = absorbed_refs(event)
+        body = await call("turn.start", body)
         self._track(key, ref, summary, started, body)
 
     async def on_processing_complete(self, event, outcome):
@@ -328,7 +330,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             return
         body = {"event_ref": ref, "session_key": key, "event": summary, "phase": "queue_dequeue",
                 "queue_depth": self._depth(key), "interrupted": interrupted,
-                "absorbed_refs": list(getattr(event, "_canon_absorbed_queued_ids", ()))}
+                "absorbed_refs": absorbed_refs(event)}
         d.request("turn.accepted", body).add_done_callback(_done(
             "turn.accepted", lambda result: self._track(key, ref, summary, started, result)))
 

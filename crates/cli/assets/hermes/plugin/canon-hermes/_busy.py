@@ -58,10 +58,16 @@ def event_summary(event):
             "text_len": len(event.text or ""), "delivery_intent": delivery_intent(event)}
 
 
-def queued_disposition(event):
-    raw = event.raw_message if isinstance(event.raw_message, dict) else {}
-    metas = (event.metadata, raw.get("metadata"), (raw.get("message") or {}).get("metadata"))
-    return any(isinstance(m, dict) and m.get("inboundDisposition") == "queued" for m in metas)
+def absorbed_refs(event):
+    """The references of the events merged into `event` (see `BusySeam._enqueue`)."""
+    return list(getattr(event, "_canon_absorbed_refs", None) or ())
+
+
+def _mergeable(head, event):
+    """Whether Hermes merges `event` into the waiting `head` (a picture or a file on either)."""
+    photo = getattr(getattr(event, "message_type", None), "value", None) == "photo" or \
+        getattr(getattr(head, "message_type", None), "value", None) == "photo"
+    return photo or bool(getattr(head, "media_urls", None)) or bool(getattr(event, "media_urls", None))
 
 
 class BusySeam:
@@ -160,12 +166,25 @@ class BusySeam:
     def _enqueue(self, key, event):
         """Queue a follow-up behind every earlier one: between Hermes' drain taking the head slot
         and the next promotion the slot is empty while older messages wait in the overflow, and
-        the runner would put a newcomer in the slot, ahead of them."""
-        overflow = (self._runner._queued_events or {}).get(key)
-        if key not in self._pending_messages and overflow:
-            overflow.append(event)
+        the runner would put a newcomer in the slot, ahead of them.
+
+        When a picture or file is involved, Hermes merges the newcomer into the waiting head
+        event instead (album semantics); the merged event's reference is then kept on the head
+        (`_canon_absorbed_refs`), so the daemon counts its message among those the head's turn
+        answers. A follow-up Hermes neither queues nor merges (its queue is full) is logged."""
+        queued = self._runner._queued_events or {}
+        if key not in self._pending_messages and queued.get(key):
+            queued[key].append(event)
+            return
+        head = self._pending_messages.get(key)
+        self._runner._queue_or_replace_pending_event(key, event)
+        overflow = (self._runner._queued_events or {}).get(key) or ()
+        if self._pending_messages.get(key) is event or any(e is event for e in overflow):
+            return
+        if head is not None and self._pending_messages.get(key) is head and _mergeable(head, event):
+            head._canon_absorbed_refs = absorbed_refs(head) + [self._ref(event)] + absorbed_refs(event)
         else:
-            self._runner._queue_or_replace_pending_event(key, event)
+            log.warning("canon-hermes: Hermes did not queue a follow-up for %s (queue full)", key)
 
     def _delegate_for(self, event, key):
         """Whether the runner's own handler decides (hermes-host.md §12.3 step 1)."""
@@ -194,7 +213,7 @@ class BusySeam:
         if intent in ("stop", "interrupt"):
             if intent == "stop":
                 self._drop_queue(key)
-            runner._queue_or_replace_pending_event(key, event)
+            self._enqueue(key, event)
             if live:
                 self._cut.add(key)
                 agent.interrupt(event.text)
@@ -208,11 +227,6 @@ class BusySeam:
             except Exception as exc:
                 log.warning("canon-hermes: steer failed: %s", exc)
         self._enqueue(key, event)
-        head = self._pending_messages.get(key)
-        overflow = (runner._queued_events or {}).get(key) or ()
-        merged = head is not None and head is not event and all(e is not event for e in overflow)
-        if merged and queued_disposition(event):
-            head._canon_absorbed_queued_ids = getattr(head, "_canon_absorbed_queued_ids", []) + [self._ref(event)]
         return self._queue_changed(key, event)
 
     def _queue_changed(self, key, event):
