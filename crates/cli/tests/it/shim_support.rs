@@ -1,10 +1,10 @@
 //! The fake shim: the shim side of one real `canon-hermes serve --stdio` child over the
-//! JSON-lines protocol (hermes-host.md §19), against canon-sim. Used by `serve_stdio.rs`,
-//! `serve_media.rs`, `serve_outbound_media.rs`, `serve_hitl.rs` and `benches/daemon.rs` (which
-//! includes this file with `#[path]`); a few helpers serve only one of the two binaries and say
-//! so. The turn helpers at the end (the direct conversation's session and `ctx`, opening and
-//! completing a turn, the published turn states) are shared by the test modules, including
-//! the real-gateway `hermes_busy.rs`.
+//! JSON-lines protocol (hermes-host.md §19), against canon-sim. Used by every `serve_*.rs`
+//! (helpers several of them share on top of it are in `serve_support.rs`) and by
+//! `benches/daemon.rs` (which includes this file with `#[path]`); a few helpers serve only one
+//! of the two binaries and say so. The turn helpers at the end (the direct conversation's
+//! session and `ctx`, opening and completing a turn, the published turn states) are shared by
+//! the test modules, including the real-gateway `hermes_busy.rs`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -214,7 +214,7 @@ impl Shim {
     }
 
     /// The frames read while waiting for something else, oldest first.
-    // Only `serve_stdio.rs` inspects the backlog.
+    // Only the tests inspect the backlog; the bench does not.
     #[allow(dead_code)]
     pub(crate) fn backlog(&self) -> impl Iterator<Item = &Value> {
         self.backlog.iter().map(|(f, _)| f)

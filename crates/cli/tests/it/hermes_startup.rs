@@ -1,0 +1,131 @@
+//! Starting a real Hermes gateway (scenario in `hermes_support.rs`): the shim refuses an
+//! unaudited host and a multiplexing gateway (hermes-host.md §16), and a message that arrives
+//! during the startup restore is one Canon turn.
+//!
+//! | scenario | spec |
+//! |---|---|
+//! | message during the startup restore: one Canon turn for the no-op pass and the replay | hermes-host.md §9.5 |
+
+use std::process::Command;
+use std::time::Duration;
+
+use canon_sim::config::SimConfig;
+use canon_sim::control::Injection;
+use canon_sim::{Sim, DEFAULT_CONVERSATION};
+use serde_json::json;
+
+use super::gateway_support::{hermes_bin, shim_prelude, shim_source, start_gateway, ANSWER, TURN};
+use super::hermes_support::{is_turn_complete, model_server, state_sequence, Scenario};
+
+/// hermes-host.md §9.5: a message that arrives while Hermes runs its startup restore gets a
+/// no-op processing pass (the runner queues the event) and is replayed once the restore ends. The
+/// shim opens no Canon turn for the no-op pass, so Canon sees exactly one turn either way. The
+/// message is injected right after the gateway is ready, before it settled; the gateway log
+/// tells whether it really fell into the window (it did in every local run).
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_message_during_startup_restore_is_one_turn() {
+    let sim = Sim::start(SimConfig::for_tests())
+        .await
+        .expect("the simulator starts");
+    let model = model_server(json!([{"match": {}, "reply": {"text": ANSWER}}])).await;
+    let mut gateway = tokio::task::block_in_place(|| start_gateway(&sim, &model));
+    // Ready, not settled: Hermes is still inside its startup restore.
+    sim.wait_for("stream open", TURN, |s| !s.open_streams.is_empty())
+        .await
+        .expect("the daemon holds the stream");
+    let inbound = sim
+        .inject_message(&Injection {
+            text: Some("hello during startup".into()),
+            ..Injection::default()
+        })
+        .expect("inject");
+    tokio::task::block_in_place(|| gateway.wait_settled());
+    let inbound_id = inbound["id"].as_str().expect("an id").to_owned();
+    let sc = Scenario {
+        sim,
+        model,
+        gateway,
+    };
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Whether the message fell into the window; the invariant holds either way.
+    let queued = sc
+        .gateway
+        .output()
+        .contains("Queued inbound message during gateway startup restore");
+
+    let turns = sc.turn_history(DEFAULT_CONVERSATION);
+    let ids: std::collections::BTreeSet<&str> =
+        turns.iter().filter_map(|t| t["turnId"].as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "one Canon turn (queued: {queued}): {turns:#?}"
+    );
+    assert_eq!(turns[0]["activeMessageIds"], json!([inbound_id]));
+    assert_eq!(
+        state_sequence(&turns).first().map(String::as_str),
+        Some("thinking")
+    );
+    assert_eq!(
+        state_sequence(&turns).last().map(String::as_str),
+        Some("completed")
+    );
+    let messages = sc.agent_messages(DEFAULT_CONVERSATION);
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(is_turn_complete(&messages[0]), "{:#}", messages[0]);
+    assert_eq!(messages[0]["text"], ANSWER);
+    assert_eq!(messages[0]["replyTo"], inbound_id.as_str());
+}
+
+/// Runs `code` in the venv's Python with the shim package loaded as module `shim`; returns stdout.
+fn run_shim_python(code: &str) -> String {
+    let python = hermes_bin().with_file_name("python");
+    let home = tempfile::tempdir().expect("scratch dir");
+    let prelude = shim_prelude(&shim_source());
+    let out = Command::new(python)
+        .args(["-c", &format!("{prelude}{code}")])
+        .env("HERMES_HOME", home.path())
+        .env("HOME", home.path())
+        .output()
+        .expect("the venv python runs");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn shim_refuses_an_unaudited_host() {
+    let out = run_shim_python(
+        "assert shim.host_refusal() is None, shim.host_refusal()\n\
+         shim.hermes_version = lambda: '0.18.2'\n\
+         try:\n    shim.register(object())\n    print('registered')\n\
+         except RuntimeError as exc:\n    print(exc)\n",
+    );
+    assert!(
+        out.starts_with("Canon requires hermes-agent 0.19.0 on Python 3.11; found 0.18.2 on 3.11."),
+        "{out}"
+    );
+}
+
+#[test]
+fn shim_refuses_a_multiplexing_gateway() {
+    let out = run_shim_python(
+        "import agent.secret_scope as scope\n\
+         from gateway.config import PlatformConfig\n\
+         cls = shim._make_adapter_class()\n\
+         scope.is_multiplex_active = lambda: True\n\
+         try:\n    cls(PlatformConfig(enabled=True))\n    print('constructed')\n\
+         except RuntimeError as exc:\n    print(exc)\n",
+    );
+    assert_eq!(
+        out.trim(),
+        "Canon cannot start while Hermes gateway.multiplex_profiles is enabled. The Canon adapter \
+         still uses process-global profile, credential, and hook state, so multiplexing could cross \
+         profile boundaries. Set gateway.multiplex_profiles: false and run one Hermes gateway \
+         process per Canon profile."
+    );
+}

@@ -1,0 +1,68 @@
+//! The process lifecycle of the real `canon-hermes serve --stdio` binary against canon-sim,
+//! through the fake shim of `shim_support.rs` (hermes-host.md §19): exit on stdin EOF or when
+//! the parent process is gone, and trace logs on stderr that never contain the API key.
+
+use std::process::Stdio;
+
+use super::serve_support::send_streamed;
+use super::shim_support::{complete_turn, open_turn, sim, Shim, WAIT};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stdin_eof_exits_zero_without_a_handshake() {
+    let sim = sim().await;
+    let shim = Shim::spawn(&sim);
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn trace_logs_go_to_stderr_and_never_contain_the_api_key() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn_logged(&sim, "trace", Stdio::piped(), &[]);
+    let mut stderr = shim.child.stderr.take().expect("piped stderr");
+    let logs = tokio::spawn(async move {
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text)
+            .await
+            .map(|_| text)
+    });
+    shim.connect(&sim).await;
+    let (event_ref, turn_id) = open_turn(&mut shim, &sim, "log everything").await;
+    let sent = send_streamed(&mut shim, "logged answer").await;
+    assert_eq!(sent["body"]["message_id"], turn_id.as_str());
+    complete_turn(&mut shim, &event_ref).await;
+    assert_eq!(shim.close().await, Some(0));
+    let logs = logs.await.expect("joined").expect("stderr readable");
+    assert!(logs.contains("handshake done"), "{logs}");
+    assert!(
+        !logs.contains(&sim.api_key()),
+        "the API key leaked into the logs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daemon_exits_when_the_parent_process_is_gone() {
+    let sim = sim().await;
+    let mut gone = std::process::Command::new("true")
+        .spawn()
+        .expect("`true` runs");
+    let gone_pid = gone.id().to_string();
+    gone.wait().expect("`true` exits and is reaped");
+
+    let live_pid = std::process::id().to_string();
+    let mut orphan = Shim::spawn_with(&sim, &[("CANON_HERMES_PARENT_PID", &gone_pid)]);
+    let mut kept = Shim::spawn_with(&sim, &[("CANON_HERMES_PARENT_PID", &live_pid)]);
+    // stdin stays open: only the parent check can end the orphan.
+    let status = tokio::time::timeout(WAIT, orphan.child.wait())
+        .await
+        .expect("the daemon exits within the parent check interval")
+        .expect("wait works");
+    assert_eq!(status.code(), Some(0));
+    assert!(orphan.stdin.is_some(), "stdin was never closed");
+
+    assert!(
+        kept.child.try_wait().expect("try_wait works").is_none(),
+        "a daemon whose parent lives keeps running"
+    );
+    assert_eq!(kept.hello().await["ok"], true);
+    assert_eq!(kept.close().await, Some(0));
+}

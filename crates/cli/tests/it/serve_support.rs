@@ -1,0 +1,85 @@
+//! Helpers shared by `serve_handshake.rs`, `serve_lifecycle.rs`, `serve_turns.rs`,
+//! `serve_connect.rs`, `serve_signals.rs` and `serve_sends.rs`, on top of the fake shim of
+//! `shim_support.rs`: requests the shim makes, messages and faults injected into canon-sim, the
+//! group conversation and the journal.
+
+use canon_sim::control::Injection;
+use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+use canon_sim::{ConversationSpec, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
+use serde_json::{json, Value};
+
+use super::shim_support::{ctx, Shim};
+
+/// `adapter.disconnect`, asserting it is answered.
+pub(crate) async fn disconnect(shim: &mut Shim) {
+    let done = shim
+        .request("adapter.disconnect", json!({"adapter_instance": 1}))
+        .await;
+    assert_eq!(done["ok"], true, "{done}");
+}
+
+/// Injects a human message with `text` into the direct conversation.
+pub(crate) fn inject_text(sim: &SimHandle, text: &str) {
+    sim.inject_message(&Injection {
+        text: Some(text.to_owned()),
+        ..Injection::default()
+    })
+    .expect("inject");
+}
+
+/// `adapter.send` opening a streamed answer (`expect_edits`) in the direct conversation; the
+/// response.
+pub(crate) async fn send_streamed(shim: &mut Shim, content: &str) -> Value {
+    shim.request(
+        "adapter.send",
+        json!({"chat_id": DEFAULT_CONVERSATION, "content": content,
+               "metadata": {"expect_edits": true}, "ctx": ctx()}),
+    )
+    .await
+}
+
+/// `adapter.chat_info` for `chat_id`; the response.
+pub(crate) async fn chat_info(shim: &mut Shim, chat_id: &str) -> Value {
+    shim.request("adapter.chat_info", json!({"chat_id": chat_id}))
+        .await
+}
+
+pub(crate) const GROUP: &str = "c-team";
+
+/// A group conversation `c-team` ("Team") of the owner and the agent.
+pub(crate) fn add_group(sim: &SimHandle) {
+    sim.create_conversation(ConversationSpec {
+        id: Some(GROUP.to_owned()),
+        kind: "group".to_owned(),
+        name: Some("Team".to_owned()),
+        member_ids: vec![DEFAULT_OWNER.to_owned(), DEFAULT_AGENT.to_owned()],
+        behavior: None,
+    });
+}
+
+/// Requests the sim journal recorded under `path`, in order: (method, body).
+pub(crate) fn journal(sim: &SimHandle, path: &str) -> Vec<(String, Value)> {
+    sim.journal(0, Some(path))
+        .into_iter()
+        .map(|e| (e.method, e.body))
+        .collect()
+}
+
+pub(crate) fn status_fault(method: &str, path: &str, status: u16) -> FaultRule {
+    FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some(method.to_owned()),
+            path: Some(path.to_owned()),
+            ..FaultMatcher::default()
+        },
+        action: FaultAction::Status {
+            status,
+            body: None,
+            retry_after: None,
+            headers: Vec::new(),
+        },
+        seen: 0,
+        fired: 0,
+    }
+}
