@@ -435,6 +435,9 @@ class Runner:
     def _promote_queued_event(self, session_key, adapter, pending_event): return pending_event
     def _queue_depth(self, key, adapter=None): return 0
     async def _handle_active_session_busy_message(self, event, key): return False
+    _MAX_INTERRUPT_DEPTH = 3
+    async def _run_agent(self, session_key=None, adapter=None, pending_event=None, _interrupt_depth=0):
+        return self._promote_queued_event(session_key, adapter, pending_event)
 runner = Runner()
 cls = shim._make_adapter_class()
 "#;
@@ -528,6 +531,34 @@ print(key in a._open, kinds())
             "True True",
             "turn.accepted True T-ev-m3 False",
             "False ['turn.start', 'turn.accepted', 'queue.depth', 'turn.accepted', 'turn.complete']",
+        ],
+        "{out}"
+    );
+}
+
+/// At Hermes' recursion cap over queued follow-ups the dequeue wrapper does not dequeue: the
+/// follow-up stays at the head of the queue (ahead of the overflow), the runner is told there is
+/// nothing to run inside this run, and no `turn.accepted` is sent; below the cap it dequeues and
+/// acknowledges as before.
+#[test]
+fn at_the_recursion_cap_the_follow_up_stays_queued_and_unacknowledged() {
+    let code = r#"
+first, second, third = event("m1"), event("m2"), event("m3")
+key = a._key(first.source)
+asyncio.run(a.on_processing_start(first))
+runner._queued_events[key] = [third]
+held = asyncio.run(runner._run_agent(session_key=key, adapter=a, pending_event=second, _interrupt_depth=3))
+print(held, a._pending_messages.get(key) is second, [e.message_id for e in runner._queued_events[key]], kinds())
+a._pending_messages.pop(key)
+ran = asyncio.run(runner._run_agent(session_key=key, adapter=a, pending_event=second, _interrupt_depth=1))
+print(ran is second, kinds()[-1], d.frames[-1][1]["event_ref"])
+"#;
+    let out = shim_python(&format!("{FAKE_RUNNER}{FAKE_DAEMON}{code}"), &[]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "None True ['m3'] ['turn.start']",
+            "True turn.accepted ev-m2",
         ],
         "{out}"
     );
