@@ -25,8 +25,9 @@ mod tests {
     ];
 
     /// Allowed workspace dependencies of the other crates (ARCHITECTURE.md).
-    const OTHERS: [(&str, &[&str]); 6] = [
+    const OTHERS: [(&str, &[&str]); 7] = [
         ("canon-approvals", &[]),
+        ("canon-profiles", &["canon-wire"]),
         ("canon-transport", &["canon-wire"]),
         (
             "canon-adapter",
@@ -38,6 +39,7 @@ mod tests {
                 "canon-wire",
                 "canon-host",
                 "canon-transport",
+                "canon-profiles",
             ],
         ),
         ("canon-sim", &["canon-dispatch", "canon-cards"]),
@@ -50,12 +52,17 @@ mod tests {
                 "canon-sim",
                 "canon-wire",
                 "canon-host",
+                "canon-profiles",
             ],
         ),
         ("xtask", &[]),
     ];
 
     const FORBIDDEN_IN_PURE: [&str; 5] = ["tokio", "hyper", "hyper-util", "hyper-rustls", "rustls"];
+
+    /// Crates with synchronous file I/O that must not pull in an async runtime or an HTTP stack
+    /// either (ARCHITECTURE.md: the resolver leaves the HTTP calls to its callers).
+    const SYNC_ONLY: [&str; 1] = ["canon-profiles"];
 
     fn metadata() -> Value {
         let root = crate::project_root();
@@ -128,7 +135,7 @@ mod tests {
                 }
             }
         }
-        for (krate, _) in PURE {
+        for krate in PURE.iter().map(|(k, _)| *k).chain(SYNC_ONLY) {
             if !workspace.contains(krate) {
                 continue;
             }
@@ -136,7 +143,7 @@ mod tests {
             for forbidden in FORBIDDEN_IN_PURE {
                 assert!(
                     !deps.contains(forbidden),
-                    "pure crate {krate} pulls in {forbidden}"
+                    "{krate} must stay free of async runtimes and HTTP stacks, but pulls in {forbidden}"
                 );
             }
         }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use canon_profiles::Connection;
 use canon_wire::secret::ApiKey;
 
 /// Frames buffered between the stdin reader and the loop, and between the
@@ -92,6 +93,18 @@ pub struct Config {
     /// `CANON_ENVIRONMENT_ID`; when set, `adapter.connect` verifies both
     /// services belong to it (canon-wire.md §1.2).
     pub environment_id: Option<String>,
+    /// The resolved connection (`canon_profiles`), when the credentials
+    /// resolved to one; its environment is `environment_id`. A packaged
+    /// environment's health bodies must name its project; a non-packaged
+    /// one's project is learned from them and its RTDB binding checked before
+    /// the adapter connects (canon-wire.md §1.1–§1.2). `None` in the direct
+    /// test mode (explicit URLs, no environment).
+    pub connection: Option<Connection>,
+    /// The `agents.json` profile the credentials came from, for `probe`.
+    pub profile: Option<String>,
+    /// `CANON_TURN_VERBOSITY` as set; checked at `adapter.connect`, where it
+    /// wins over the platform extra (turns.md §6.1).
+    pub turn_verbosity: Option<String>,
     /// `HERMES_ALLOW_PRIVATE_URLS`: inbound media downloads may reach
     /// private addresses (the cloud-metadata floor stays blocked).
     pub allow_private_urls: bool,
@@ -139,6 +152,9 @@ impl std::fmt::Debug for Config {
             .field("stream_url", &self.stream_url)
             .field("api_key", &self.api_key)
             .field("environment_id", &self.environment_id)
+            .field("connection", &self.connection)
+            .field("profile", &self.profile)
+            .field("turn_verbosity", &self.turn_verbosity)
             .field("allow_private_urls", &self.allow_private_urls)
             .field("inbound_image_delivery", &self.inbound_image_delivery)
             .field(

@@ -1,26 +1,68 @@
 //! `canon-hermes serve --stdio`: the daemon the Python shim spawns (hermes-host.md §19.3).
-//! Reads its configuration from the environment, installs the stderr log subscriber and runs
+//! Reads its configuration from the environment (credentials through `canon_profiles`, the
+//! resolver `setup` and `doctor` share), installs the stderr log subscriber and runs
 //! `canon_adapter::run` over stdin and stdout. The API key never reaches a log line.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use canon_adapter::config::{self, Config};
-use canon_approvals::store::resolve_canon_home;
 use canon_host::hitl;
+use canon_profiles::environment::is_secure_or_local;
+use canon_profiles::files::{self, AgentProfiles, CanonPaths, BOOTSTRAP_ENV};
+use canon_profiles::{
+    resolve_credentials, Connection, DotEnv, EnvLookup, HermesEnv, Resolution, StoreError,
+};
 use canon_wire::ApiKey;
 
 use crate::exit;
 
-/// Reads one environment variable; empty counts as unset.
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+/// The daemon's environment: the process environment, then `<HERMES_HOME>/.env` (cli.md §5.1,
+/// read by `canon_profiles`), where every Canon setting may also live.
+struct DaemonEnv {
+    lookup: HermesEnv,
+    home_dir: Option<PathBuf>,
+}
+
+impl DaemonEnv {
+    /// Reads `<HERMES_HOME>/.env` (`HERMES_HOME`, else `~/.hermes`, cli.md §2.1 rule 4); an
+    /// unreadable file is skipped with a warning.
+    fn load() -> DaemonEnv {
+        let home_dir = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from);
+        let hermes_home = std::env::var_os("HERMES_HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home_dir.as_ref().map(|h| h.join(".hermes")));
+        let dotenv = match hermes_home {
+            Some(dir) => DotEnv::read(&dir.join(".env")).unwrap_or_else(|error| {
+                tracing::warn!(%error, "ignoring the Hermes .env: it cannot be read");
+                DotEnv::default()
+            }),
+            None => DotEnv::default(),
+        };
+        DaemonEnv {
+            lookup: HermesEnv::new(dotenv),
+            home_dir,
+        }
+    }
+
+    /// One variable; empty or whitespace-only counts as unset.
+    fn get(&self, name: &str) -> Option<String> {
+        self.lookup.var(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// One variable as set (only unset is `None`).
+    fn raw(&self, name: &str) -> Option<String> {
+        self.lookup.var(name)
+    }
 }
 
 /// `CANON_HERMES_PARENT_PID`, the shim's process (hermes-host.md §19.3). A value that is not
 /// a positive process id is ignored with a warning: the stdin EOF still ends the daemon.
-fn parent_pid() -> Option<u32> {
-    let raw = env("CANON_HERMES_PARENT_PID")?;
+fn parent_pid(env: &DaemonEnv) -> Option<u32> {
+    let raw = env.get("CANON_HERMES_PARENT_PID")?;
     match raw.trim().parse::<u32>() {
         Ok(pid) if pid > 0 && i32::try_from(pid).is_ok() => Some(pid),
         _ => {
@@ -35,51 +77,137 @@ fn parent_pid() -> Option<u32> {
 /// `CANON_HERMES_STATUS_INTERVAL_MS` the 30 s runtime status loop (canon-wire.md §8.1),
 /// `CANON_HERMES_HITL_POLL_MS` the 1 s poll of blocking clarifies and approvals
 /// (canon-wire.md §9.1).
-fn interval_ms(name: &str, default: Duration) -> Duration {
-    env(name)
+fn interval_ms(env: &DaemonEnv, name: &str, default: Duration) -> Duration {
+    env.get(name)
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map_or(default, Duration::from_millis)
 }
 
-/// `CANON_HOME` (trimmed, `~` expanded) else `~/.canon` (cli.md §6), by the approvals store's
-/// rule; `None` when neither `CANON_HOME` nor `HOME` gives a directory.
-fn canon_home() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from);
-    resolve_canon_home(std::env::var("CANON_HOME").ok().as_deref(), home.as_deref())
+/// What the daemon connects with; all empty when nothing resolves.
+#[derive(Default)]
+struct Canon {
+    api_key: Option<ApiKey>,
+    base_url: String,
+    stream_url: String,
+    environment_id: Option<String>,
+    connection: Option<Connection>,
+    profile: Option<String>,
 }
 
-/// The daemon configuration from `CANON_API_KEY`, `CANON_BASE_URL`, `CANON_STREAM_URL`
-/// (defaults to the base URL), `CANON_ENVIRONMENT_ID`, `CANON_HOME_CHANNEL`,
+/// The credentials and connection (cli.md §5.1, §5.2), resolved once at start from the
+/// environment (the platform config only reaches the daemon later, with `adapter.connect`).
+///
+/// Decision: a key with an explicit `CANON_BASE_URL` and `CANON_STREAM_URL` but no
+/// `CANON_ENVIRONMENT_ID` is the direct test mode the daemon has always had (canon-sim on
+/// loopback, the whole-binary and gateway tests): the URLs are used as given and no environment
+/// is verified. cli.md §5.1 would refuse that key for want of an environment id; a key without
+/// both URLs still is refused, so a production key alone never skips the trust check. The URLs
+/// must still be `https` or loopback `http`, so the key never travels in clear to another host.
+/// Every other case goes through `canon_profiles::resolve_credentials`. A resolution error is
+/// logged once (no secret reaches it) and leaves the daemon unconfigured: `probe` answers
+/// `configured: false` and `adapter.connect` the missing-credentials fatal.
+fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> Canon {
+    let value = |name: &str| env.get(name).map(|v| v.trim().to_owned());
+    if let (Some(key), None, Some(base_url), Some(stream_url)) = (
+        value("CANON_API_KEY"),
+        value("CANON_ENVIRONMENT_ID"),
+        value("CANON_BASE_URL"),
+        value("CANON_STREAM_URL"),
+    ) {
+        if !is_secure_or_local(&base_url) || !is_secure_or_local(&stream_url) {
+            tracing::error!(
+                "CANON_BASE_URL and CANON_STREAM_URL must use HTTPS (or local HTTP); \
+                 the Canon platform stays unconfigured"
+            );
+            return Canon::default();
+        }
+        tracing::info!("Canon credentials: CANON_API_KEY with explicit URLs, no environment check");
+        return Canon {
+            api_key: Some(ApiKey::new(key)),
+            base_url,
+            stream_url,
+            ..Canon::default()
+        };
+    }
+    let bootstrap = env.raw(BOOTSTRAP_ENV);
+    let mut load_agents = || -> Result<AgentProfiles, StoreError> {
+        match paths {
+            Some(paths) => files::load_agents(&paths.agents, bootstrap.as_deref()),
+            // No home directory and no CANON_HOME: no agents.json to read.
+            None => Ok(AgentProfiles::empty(PathBuf::from("~/.canon/agents.json"))),
+        }
+    };
+    match resolve_credentials(&env.lookup, None, &mut load_agents) {
+        Ok(Resolution::Configured(credentials)) => {
+            let profile = credentials.profile_name().map(str::to_owned);
+            let connection = credentials.connection;
+            tracing::info!(
+                environment_id = %connection.environment_id,
+                profile = profile.as_deref().unwrap_or(""),
+                "Canon credentials resolved"
+            );
+            Canon {
+                api_key: Some(credentials.api_key),
+                base_url: connection.base_url.clone(),
+                stream_url: connection.stream_url.clone(),
+                environment_id: Some(connection.environment_id.clone()),
+                connection: Some(connection),
+                profile,
+            }
+        }
+        Ok(Resolution::Unconfigured) => {
+            tracing::info!("no Canon credentials configured (CANON_API_KEY or CANON_AGENT)");
+            Canon::default()
+        }
+        Err(error) => {
+            tracing::error!(%error, "Canon credentials do not resolve; the Canon platform stays unconfigured");
+            Canon::default()
+        }
+    }
+}
+
+/// The daemon configuration: the credentials and connection of [`resolve_canon`]
+/// (`CANON_API_KEY`, `CANON_AGENT`, `CANON_AGENTS_JSON_BOOTSTRAP`, `CANON_AGENTS_FILE`,
+/// `CANON_AGENTS_PATH`, `CANON_ENVIRONMENT_ID`, `CANON_BASE_URL`, `CANON_STREAM_URL`,
+/// `CANON_RTDB_URL`, `CANON_FIREBASE_API_KEY`), `CANON_HOME_CHANNEL`,
 /// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_INBOUND_IMAGE_DELIVERY`,
-/// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` (checked at `adapter.connect`, where they win over the
-/// platform extras), `CANON_HOME`, `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS`,
-/// `CANON_HERMES_STATUS_INTERVAL_MS`, `CANON_HERMES_HITL_POLL_MS`, and `HERMES_CLARIFY_TIMEOUT`
-/// and `HERMES_APPROVAL_TIMEOUT` (runtime-control.md §6.4, §6.5; default 300 s, 5..1,800 s).
+/// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` and `CANON_TURN_VERBOSITY` (checked at
+/// `adapter.connect`, where they win over the platform extras), `CANON_HOME`,
+/// `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS`, `CANON_HERMES_STATUS_INTERVAL_MS`,
+/// `CANON_HERMES_HITL_POLL_MS`, and `HERMES_CLARIFY_TIMEOUT` and `HERMES_APPROVAL_TIMEOUT`
+/// (runtime-control.md §6.4, §6.5; default 300 s, 5..1,800 s). Each is read from the process
+/// environment, else `<HERMES_HOME>/.env`.
 fn config_from_env() -> Config {
-    let base_url = env("CANON_BASE_URL").unwrap_or_default();
-    let stream_url = env("CANON_STREAM_URL").unwrap_or_else(|| base_url.clone());
+    let env = DaemonEnv::load();
+    let paths = CanonPaths::from_env(&env.lookup, env.home_dir.as_deref());
+    let canon = resolve_canon(&env, paths.as_ref());
     Config {
-        base_url,
-        stream_url,
-        api_key: ApiKey::new(env("CANON_API_KEY").unwrap_or_default()),
-        environment_id: env("CANON_ENVIRONMENT_ID"),
-        allow_private_urls: env("HERMES_ALLOW_PRIVATE_URLS").is_some_and(|v| {
+        base_url: canon.base_url,
+        stream_url: canon.stream_url,
+        api_key: canon.api_key.unwrap_or_else(|| ApiKey::new("")),
+        environment_id: canon.environment_id,
+        connection: canon.connection,
+        profile: canon.profile,
+        turn_verbosity: env.raw("CANON_TURN_VERBOSITY"),
+        allow_private_urls: env.get("HERMES_ALLOW_PRIVATE_URLS").is_some_and(|v| {
             matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes")
         }),
-        inbound_image_delivery: env("CANON_INBOUND_IMAGE_DELIVERY"),
-        inbound_visual_media_delivery: env("CANON_INBOUND_VISUAL_MEDIA_DELIVERY"),
-        canon_home: canon_home(),
-        home_channel: env("CANON_HOME_CHANNEL"),
+        inbound_image_delivery: env.get("CANON_INBOUND_IMAGE_DELIVERY"),
+        inbound_visual_media_delivery: env.get("CANON_INBOUND_VISUAL_MEDIA_DELIVERY"),
+        canon_home: paths.map(|p| p.canon_home),
+        home_channel: env.get("CANON_HOME_CHANNEL"),
         manifest_sha256: None,
         durable_backoff: None,
-        parent_pid: parent_pid(),
-        signal_poll: interval_ms("CANON_HERMES_SIGNAL_POLL_MS", config::SIGNAL_POLL),
-        status_interval: interval_ms("CANON_HERMES_STATUS_INTERVAL_MS", config::STATUS_INTERVAL),
-        clarify_timeout: hitl::timeout_from_env(env("HERMES_CLARIFY_TIMEOUT").as_deref()),
-        approval_timeout: hitl::timeout_from_env(env("HERMES_APPROVAL_TIMEOUT").as_deref()),
-        hitl_poll: interval_ms("CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
+        parent_pid: parent_pid(&env),
+        signal_poll: interval_ms(&env, "CANON_HERMES_SIGNAL_POLL_MS", config::SIGNAL_POLL),
+        status_interval: interval_ms(
+            &env,
+            "CANON_HERMES_STATUS_INTERVAL_MS",
+            config::STATUS_INTERVAL,
+        ),
+        clarify_timeout: hitl::timeout_from_env(env.get("HERMES_CLARIFY_TIMEOUT").as_deref()),
+        approval_timeout: hitl::timeout_from_env(env.get("HERMES_APPROVAL_TIMEOUT").as_deref()),
+        hitl_poll: interval_ms(&env, "CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
     }
 }
 

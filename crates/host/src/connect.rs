@@ -22,8 +22,9 @@ pub const AUTH_FAILED_MESSAGE: &str =
 /// is exact).
 pub const INVALID_CONFIG_CODE: &str = "invalid_config";
 
-/// The fatal message when the API key or the base URL is not configured.
-pub const MISSING_CREDENTIALS_MESSAGE: &str = "CANON_API_KEY and CANON_BASE_URL must be set";
+/// The fatal message when no credentials resolve (cli.md §5.1; exact).
+pub const MISSING_CREDENTIALS_MESSAGE: &str =
+    "CANON_API_KEY, config.api_key, or CANON_AGENT profile is required for the Canon platform";
 
 /// The first thing that failed while connecting.
 #[derive(Debug, Clone, PartialEq, Eq)]

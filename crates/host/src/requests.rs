@@ -94,6 +94,8 @@ pub struct ProbeFacts<'a> {
     pub stream_url: &'a str,
     /// `CANON_ENVIRONMENT_ID`, when set.
     pub environment_id: Option<&'a str>,
+    /// The `agents.json` profile the credentials came from, when one did.
+    pub profile: Option<&'a str>,
 }
 
 /// How a `probe` is answered (hermes-host.md §19.6).
@@ -114,7 +116,7 @@ pub fn probe(facts: ProbeFacts<'_>, verify: bool) -> ProbeStep {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let mut result = ProbeResult {
         configured,
-        profile: None,
+        profile: facts.profile.map(str::to_owned),
         environment_id: facts.environment_id.map(str::to_owned),
         base_url: non_empty(facts.base_url),
         stream_url: non_empty(facts.stream_url),
@@ -341,6 +343,7 @@ mod tests {
             base_url: base,
             stream_url: "",
             environment_id: Some("canon-prod-v1"),
+            profile: Some("ops"),
         };
         let ProbeStep::Answer(quiet) = probe(facts(true, "https://api"), false) else {
             panic!("no verify, no check");
@@ -349,6 +352,7 @@ mod tests {
         assert_eq!(quiet.base_url.as_deref(), Some("https://api"));
         assert_eq!(quiet.stream_url, None);
         assert_eq!(quiet.environment_id.as_deref(), Some("canon-prod-v1"));
+        assert_eq!(quiet.profile.as_deref(), Some("ops"));
         assert!(
             matches!(probe(facts(true, "https://api"), true), ProbeStep::Verify(r) if r.error.is_none())
         );

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
 use canon_dispatch::protocol::DeliveryIntent;
+use canon_dispatch::verbosity::{configured_turn_verbosity, VerbosityConfig, VerbosityError};
 use canon_wire::events::{EventKind, MessageCreated};
 use canon_wire::types::{AgentMe, Conversation};
 use serde_json::Value;
@@ -148,6 +149,9 @@ pub struct ConnectFacts<'a> {
     pub inbound_image_delivery: Option<&'a str>,
     /// `HERMES_CANON_INBOUND_VISUAL_MEDIA_DELIVERY`, when set.
     pub inbound_visual_media_delivery: Option<&'a str>,
+    /// `CANON_TURN_VERBOSITY` as set (unset: `None`; not trimmed, so a whitespace-only value
+    /// masks the platform extras, turns.md §6.1).
+    pub turn_verbosity: Option<&'a str>,
     /// The API key is set.
     pub api_key_set: bool,
     /// The base URL is set.
@@ -243,6 +247,8 @@ pub struct Session {
     pub host_approvals_timeout: Option<f64>,
     /// The trusted media scope of the connected adapter.
     pub media_scope: TrustedScope,
+    /// The turn verbosity the connected adapter was configured with (turns.md §6.1).
+    pub verbosity: VerbosityConfig,
     /// Shim requests waiting for the machine's answer: id and type.
     requests: HashMap<u64, (String, &'static str)>,
     next_request: u64,
@@ -287,6 +293,7 @@ impl Default for Session {
             connected: false,
             host_approvals_timeout: None,
             media_scope: TrustedScope::default(),
+            verbosity: VerbosityConfig::default(),
             requests: HashMap::new(),
             next_request: 0,
             sessions: HashMap::new(),
@@ -687,8 +694,11 @@ impl Session {
     }
 
     /// The checks of `adapter.connect` before any Canon call: an invalid
-    /// inbound-media setting refuses first (runtime-control.md §8.1), then
-    /// missing credentials. On success the media scope is set.
+    /// inbound-media setting refuses first (runtime-control.md §8.1), then an
+    /// invalid turn verbosity (turns.md §6.1: `CANON_TURN_VERBOSITY`, else the
+    /// extras `turn_verbosity`, `canon_turn_verbosity`, `CANON_TURN_VERBOSITY`),
+    /// then missing credentials. On success the media scope and the verbosity
+    /// are set.
     pub fn connect_start(
         &mut self,
         facts: ConnectFacts<'_>,
@@ -703,7 +713,12 @@ impl Session {
             tracing::error!(%error, "inbound media delivery setting refused");
             connect::refusal(ConnectFailure::InvalidConfig(error.to_string()))
         })?;
+        let verbosity = connect_verbosity(facts.turn_verbosity, extra).map_err(|error| {
+            tracing::error!(%error, "turn verbosity setting refused");
+            connect::refusal(ConnectFailure::InvalidConfig(error.to_string()))
+        })?;
         self.media_scope = settings.scope();
+        self.verbosity = verbosity;
         if !facts.api_key_set || !facts.base_url_set {
             return Err(connect::refusal(ConnectFailure::MissingCredentials));
         }
@@ -726,12 +741,13 @@ impl Session {
             owner_id: me.owner_id,
         };
         self.machine = TurnMachine::new(TurnConfig {
+            verbosity: self.verbosity,
             supports_interleave: busy_handler,
-            ..TurnConfig::default()
         });
         tracing::info!(
             agent_id = me.agent_id.as_deref().unwrap_or(""),
             media_scope = ?self.media_scope,
+            verbosity = ?self.verbosity,
             "adapter connected"
         );
         connect::connected(me.agent_id, me.display_name)
@@ -875,3 +891,28 @@ pub mod handle;
 pub mod interactions;
 #[cfg(test)]
 mod tests;
+
+/// The configured turn verbosity (turns.md §6.1): the environment value, then the platform
+/// extras `turn_verbosity`, `canon_turn_verbosity` and `CANON_TURN_VERBOSITY`, first non-empty
+/// wins. An extra that is present but not a string (a number, a boolean) is judged by its JSON
+/// text, so it is refused like any other unknown value rather than silently ignored.
+fn connect_verbosity(env: Option<&str>, extra: &Value) -> Result<VerbosityConfig, VerbosityError> {
+    let texts: Vec<Option<String>> = [
+        "turn_verbosity",
+        "canon_turn_verbosity",
+        "CANON_TURN_VERBOSITY",
+    ]
+    .iter()
+    .map(|key| match extra.get(*key) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+    })
+    .collect();
+    configured_turn_verbosity(
+        env,
+        texts[0].as_deref(),
+        texts[1].as_deref(),
+        texts[2].as_deref(),
+    )
+}

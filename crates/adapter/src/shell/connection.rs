@@ -10,6 +10,38 @@ use canon_host::connect::ConnectFailure;
 use canon_transport::stream::StreamConfig;
 use canon_wire::types::{AgentMe, Conversation};
 
+/// The health check of the configured environment, if any
+/// (canon-wire.md §1.2): both services must name the environment and, for a packaged one,
+/// its project; a non-packaged environment's project is the one the API
+/// names, and its RTDB URL must then belong to it (cli.md §5.2 rule 5). The
+/// error is a safe text.
+pub(super) async fn verify_environment(
+    client: &CanonClient,
+    config: &Config,
+) -> Result<(), String> {
+    let Some(environment) = config.environment_id.as_deref() else {
+        return Ok(());
+    };
+    let expected = config
+        .connection
+        .as_ref()
+        .and_then(|c| c.project_id.as_deref());
+    let project = client
+        .verify_environment(environment, expected)
+        .await
+        .map_err(|error| error.to_string())?;
+    if let Some(connection) = config
+        .connection
+        .as_ref()
+        .filter(|c| c.project_id.is_none())
+    {
+        connection
+            .bind_project(&project)
+            .map_err(|error| error.to_string())?;
+    }
+    Ok(())
+}
+
 impl Driver {
     /// The calls of `adapter.connect` (the session checked the settings
     /// first): the environment when one is configured, then `GET
@@ -25,12 +57,9 @@ impl Driver {
         let client = self
             .client()
             .map_err(|error| ConnectFailure::Client(error.to_string()))?;
-        if let Some(environment) = self.config.environment_id.clone() {
-            client
-                .verify_environment(&environment, None)
-                .await
-                .map_err(|error| ConnectFailure::Environment(error.to_string()))?;
-        }
+        verify_environment(&client, &self.config)
+            .await
+            .map_err(ConnectFailure::Environment)?;
         let me = client.get_me().await.map_err(|e| call_failed(&e))?;
         let conversations = client
             .list_conversations()

@@ -271,6 +271,8 @@ fn session_config(config: &Config) -> SessionConfig {
         home_channel: config.home_channel.clone(),
         inbound_image_delivery: config.inbound_image_delivery.clone(),
         inbound_visual_media_delivery: config.inbound_visual_media_delivery.clone(),
+        turn_verbosity: config.turn_verbosity.clone(),
+        profile: config.profile.clone(),
         api_key_set: !config.api_key.expose().is_empty(),
         base_url: config.base_url.clone(),
         stream_url: config.stream_url.clone(),

@@ -25,20 +25,18 @@ impl Driver {
             }
         };
         let out = self.out.clone();
-        let environment = self.config.environment_id.clone();
+        let config = self.config.clone();
         self.spawn_background(async move {
             let check = async {
-                match environment {
-                    Some(environment) => client
-                        .verify_environment(&environment, None)
-                        .await
-                        .map(drop),
-                    None => client.get_me().await.map(drop),
+                if config.environment_id.is_some() {
+                    super::connection::verify_environment(&client, &config).await
+                } else {
+                    client.get_me().await.map(drop).map_err(|e| e.to_string())
                 }
             };
             result.error = match tokio::time::timeout(PROBE_VERIFY_BUDGET, check).await {
                 Ok(Ok(())) => None,
-                Ok(Err(error)) => Some(error.to_string()),
+                Ok(Err(error)) => Some(error),
                 Err(_) => Some("Canon did not answer in time".to_owned()),
             };
             if out.send(probe_answer(&id, re, result)).await.is_err() {

@@ -12,6 +12,7 @@ mod hermes_support;
 mod hermes_turns;
 mod serve_connect;
 mod serve_handshake;
+mod serve_config;
 mod serve_hitl;
 mod serve_lifecycle;
 mod serve_media;

@@ -67,6 +67,16 @@ impl Shim {
             .env("CANON_BASE_URL", sim.base_url())
             .env("CANON_STREAM_URL", sim.stream_url())
             .env_remove("CANON_ENVIRONMENT_ID")
+            .env_remove("CANON_AGENT")
+            .env_remove("CANON_AGENTS_JSON_BOOTSTRAP")
+            .env_remove("CANON_TURN_VERBOSITY")
+            // Hermetic credentials: no developer's `~/.hermes/.env` or `~/.canon/agents.json`
+            // can configure the daemon (tests that use a profile override both).
+            .env("HERMES_HOME", "/nonexistent/canon-hermes-tests/hermes")
+            .env(
+                "CANON_AGENTS_FILE",
+                "/nonexistent/canon-hermes-tests/agents.json",
+            )
             .env_remove("CANON_HOME_CHANNEL")
             .env_remove("CANON_HERMES_PARENT_PID")
             .env_remove("CANON_HERMES_SIGNAL_POLL_MS")

@@ -51,6 +51,10 @@ pub struct SessionConfig {
     pub inbound_image_delivery: Option<String>,
     /// `HERMES_CANON_INBOUND_VISUAL_MEDIA_DELIVERY`, when set.
     pub inbound_visual_media_delivery: Option<String>,
+    /// `CANON_TURN_VERBOSITY` as set (checked at `adapter.connect`).
+    pub turn_verbosity: Option<String>,
+    /// The `agents.json` profile the credentials came from, when one did.
+    pub profile: Option<String>,
     /// The API key is set (its value never reaches the session).
     pub api_key_set: bool,
     /// `CANON_BASE_URL` (may be empty).
@@ -421,6 +425,7 @@ impl Session {
                     base_url: &config.base_url,
                     stream_url: &config.stream_url,
                     environment_id: config.environment_id.as_deref(),
+                    profile: config.profile.as_deref(),
                 };
                 match requests::probe(facts, probe.verify) {
                     ProbeStep::Answer(result) => {
@@ -438,6 +443,7 @@ impl Session {
                 let facts = ConnectFacts {
                     inbound_image_delivery: config.inbound_image_delivery.as_deref(),
                     inbound_visual_media_delivery: config.inbound_visual_media_delivery.as_deref(),
+                    turn_verbosity: config.turn_verbosity.as_deref(),
                     api_key_set: config.api_key_set,
                     base_url_set: !config.base_url.is_empty(),
                 };

@@ -496,6 +496,7 @@ fn connect_refuses_a_bad_media_setting_then_missing_credentials() {
     let facts = |image: Option<&'static str>, key: bool| ConnectFacts {
         inbound_image_delivery: image,
         inbound_visual_media_delivery: None,
+        turn_verbosity: None,
         api_key_set: key,
         base_url_set: true,
     };
@@ -515,6 +516,85 @@ fn connect_refuses_a_bad_media_setting_then_missing_credentials() {
         "missing_api_key"
     );
     assert_eq!(session.connect_start(facts(None, true), &json!({})), Ok(()));
+}
+
+#[test]
+fn connect_refuses_an_unknown_turn_verbosity_and_keeps_a_known_one() {
+    let facts = |verbosity: Option<&'static str>| ConnectFacts {
+        inbound_image_delivery: None,
+        inbound_visual_media_delivery: None,
+        turn_verbosity: verbosity,
+        api_key_set: true,
+        base_url_set: true,
+    };
+    let refused = |result: Result<(), ConnectResult>| {
+        let fatal = result.err().and_then(|r| r.fatal).expect("refused");
+        assert!(!fatal.retryable);
+        (fatal.code, fatal.message)
+    };
+    let expected = (
+        "invalid_config".to_owned(),
+        "CANON_TURN_VERBOSITY must be 'auto', 'verbose', or 'quiet'".to_owned(),
+    );
+    for (env, extra) in [
+        (Some("loud"), json!({})),
+        (None, json!({"turn_verbosity": "chatty"})),
+        (None, json!({"canon_turn_verbosity": 3})),
+        (
+            None,
+            json!({"turn_verbosity": "", "CANON_TURN_VERBOSITY": "x"}),
+        ),
+    ] {
+        let mut session = Session::default();
+        assert_eq!(
+            refused(session.connect_start(facts(env), &extra)),
+            expected,
+            "{env:?} {extra}"
+        );
+    }
+    // The environment wins over the extras; case and surrounding blanks do not matter; a
+    // whitespace-only variable masks the extras and means `auto`.
+    for (env, extra, verbosity) in [
+        (
+            Some(" QUIET "),
+            json!({"turn_verbosity": "loud"}),
+            VerbosityConfig::Quiet,
+        ),
+        (
+            None,
+            json!({"turn_verbosity": "Verbose"}),
+            VerbosityConfig::Verbose,
+        ),
+        (
+            Some("  "),
+            json!({"turn_verbosity": "loud"}),
+            VerbosityConfig::Auto,
+        ),
+        (
+            None,
+            json!({"turn_verbosity": null, "canon_turn_verbosity": "quiet"}),
+            VerbosityConfig::Quiet,
+        ),
+        (None, json!({}), VerbosityConfig::Auto),
+    ] {
+        let mut session = Session::default();
+        assert_eq!(
+            session.connect_start(facts(env), &extra),
+            Ok(()),
+            "{env:?} {extra}"
+        );
+        assert_eq!(session.verbosity, verbosity, "{env:?} {extra}");
+    }
+    // An invalid media setting is reported first.
+    let mut session = Session::default();
+    let both = ConnectFacts {
+        inbound_image_delivery: Some("sometimes"),
+        ..facts(Some("loud"))
+    };
+    assert_eq!(
+        refused(session.connect_start(both, &json!({}))).1,
+        "CANON_INBOUND_IMAGE_DELIVERY must be 'model' or 'trusted-only'"
+    );
 }
 
 #[test]
