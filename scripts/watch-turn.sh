@@ -2,9 +2,10 @@
 # Watch one Canon turn answered by a real Hermes gateway, offline, on this machine.
 #
 # Starts canon-sim (a local Canon) and its scripted model server (the LLM), writes a scratch
-# HERMES_HOME with the Canon shim (hermes-host.md §20 recipe), runs `hermes gateway run` from
-# the venv of scripts/hermes-venv.sh, sends one human message into the simulator and prints
-# what Canon sees: turn states, the live streamed text and the durable turn_complete.
+# HERMES_HOME (hermes-host.md §20 recipe), installs the Canon shim into it with
+# `canon-hermes install`, runs `hermes gateway run` from the venv of scripts/hermes-venv.sh,
+# sends one human message into the simulator and prints what Canon sees: turn states, the live
+# streamed text and the durable turn_complete. Binaries come from $CARGO_TARGET_DIR when set.
 # Usage: scripts/watch-turn.sh ["your message"]     (KEEP=1 keeps the scratch directory)
 set -euo pipefail
 
@@ -15,7 +16,7 @@ venv="${HERMES_VENV:-$root/.cache/hermes-venv}"
 "$root/scripts/hermes-venv.sh" >&2
 echo "== building canon-hermes and canon-sim (release)" >&2
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p canon-hermes -p canon-sim
-bin="$root/target/release"
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
 
 work="$(mktemp -d)"
 pids=()
@@ -56,28 +57,16 @@ control="$(env_value "$work/sim.env" CANON_SIM_CONTROL_URL)"
 model_url="$(env_value "$work/model.env" OPENAI_BASE_URL)"
 
 home="$work/hermes"
-plugin="$home/plugins/canon-hermes"
-mkdir -p "$plugin"
-shim="$root/crates/cli/assets/hermes/plugin/canon-hermes"
-cp "$shim/plugin.yaml" "$shim"/*.py "$plugin/"  # the whole package
-version="$("$bin/canon-hermes" --version | awk '{print $2}')"
-cat >"$plugin/manifest.json" <<JSON
-{"protocol": 1, "binary": "$bin/canon-hermes", "binary_version": "$version",
- "audited_host": {"hermes_agent": "0.19.0", "python": "3.11"},
- "platform": {"name": "canon", "label": "Canon", "max_message_length": 3900,
-              "allowed_users_env": "CANON_ALLOWED_USERS", "allow_all_env": "CANON_ALLOW_ALL_USERS",
-              "cron_deliver_env_var": "CANON_HOME_CHANNEL"},
- "adapter": {"max_message_length": 3900, "streaming_overflow_limit": 60800,
-             "splits_long_messages": true, "requires_edit_finalize": true,
-             "authorization_is_upstream": true},
- "tools": [], "hooks": ["pre_tool_call", "post_tool_call", "subagent_stop"]}
-JSON
+mkdir -p "$home"
 # The Hermes profile shared with the real-gateway tests (fixtures/hermes/README.md): the model
 # URL filled in (escaped for sed), no extra platform lines, and Hermes' own default busy-input
 # mode.
 url_replacement="$(printf '%s' "$model_url" | sed 's/[&|\\]/\\&/g')"
 sed -e "s|{{model_base_url}}|$url_replacement|" -e '/{{platform_lines}}/d' \
   -e '/{{busy_input_mode}}/d' "$root/fixtures/hermes/config.yaml.tmpl" >"$home/config.yaml"
+# The shim, its manifest and the rich-cards skill, the way an operator installs them.
+echo "== canon-hermes install (HERMES_HOME=$home)" >&2
+HERMES_HOME="$home" HOME="$work" "$bin/canon-hermes" install --python "$venv/bin/python" >&2
 
 echo "== starting the Hermes gateway (HERMES_HOME=$home)" >&2
 (

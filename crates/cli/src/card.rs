@@ -6,18 +6,10 @@ use anyhow::Context as _;
 
 use crate::{exit, report_error};
 
-/// Runs `card validate [FILE|-]` and returns the exit code.
-pub(crate) fn validate_command(args: &[&str]) -> u8 {
-    let source = match args {
-        [] | ["-"] => None,
-        [path] if !path.starts_with('-') => Some(*path),
-        _ => {
-            report_error(&anyhow::anyhow!(
-                "usage: canon-hermes card validate [FILE|-]"
-            ));
-            return exit::FAILED;
-        }
-    };
+/// Runs `card validate [FILE|-]` and returns the exit code: `file` is the card's path, stdin when
+/// it is `-` or absent.
+pub(crate) fn validate_command(file: Option<&str>) -> u8 {
+    let source = file.filter(|path| *path != "-");
     let text = match read_input(source) {
         Ok(text) => text,
         Err(error) => {

@@ -94,5 +94,5 @@ fn non_object_json_is_an_invalid_card() {
 fn unknown_command_exits_two() {
     let out = run(&["frobnicate"], b"");
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: canon-hermes"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Usage: canon-hermes"));
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use canon_sim::model::ModelServer;
 use canon_sim::SimHandle;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 pub(crate) const READY: Duration = Duration::from_secs(60);
 pub(crate) const TURN: Duration = Duration::from_secs(45);
@@ -116,24 +116,6 @@ pub(crate) fn shim_source() -> PathBuf {
     workspace_root().join("crates/cli/assets/hermes/plugin/canon-hermes")
 }
 
-/// The shim's files: `plugin.yaml` and every module of the package.
-pub(crate) fn shim_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(shim_source())
-        .expect("the shim directory")
-        .map(|entry| entry.expect("a shim directory entry").path())
-        .filter(|path| {
-            path.extension().is_some_and(|e| e == "py")
-                || path.file_name().is_some_and(|n| n == "plugin.yaml")
-        })
-        .collect();
-    files.sort();
-    assert!(
-        files.iter().any(|f| f.ends_with("__init__.py")),
-        "{files:?}"
-    );
-    files
-}
-
 /// Python that loads the shim package in `dir` as module `shim`, the way Hermes loads a plugin
 /// directory (so its relative imports resolve), without writing bytecode next to it.
 pub(crate) fn shim_prelude(dir: &Path) -> String {
@@ -149,29 +131,39 @@ pub(crate) fn shim_prelude(dir: &Path) -> String {
     )
 }
 
-/// Installs the shim (plugin files + a manifest pinning this binary) into `hermes_home`.
-pub(crate) fn install_shim(hermes_home: &Path) {
-    let dst = hermes_home.join("plugins/canon-hermes");
-    for file in shim_files() {
-        let text = fs::read_to_string(&file).expect("shim file");
-        write(&dst.join(file.file_name().expect("a file name")), &text);
-    }
-    let manifest = json!({
-        "protocol": 1,
-        "binary": env!("CARGO_BIN_EXE_canon-hermes"),
-        "binary_version": env!("CARGO_PKG_VERSION"),
-        "audited_host": {"hermes_agent": "0.19.0", "python": "3.11"},
-        "platform": {"name": "canon", "label": "Canon", "max_message_length": 3900,
-                     "allowed_users_env": "CANON_ALLOWED_USERS",
-                     "allow_all_env": "CANON_ALLOW_ALL_USERS",
-                     "cron_deliver_env_var": "CANON_HOME_CHANNEL"},
-        "adapter": {"max_message_length": 3900, "streaming_overflow_limit": 60800,
-                    "splits_long_messages": true, "requires_edit_finalize": true,
-                    "authorization_is_upstream": true},
-        "tools": [],
-        "hooks": ["pre_tool_call", "post_tool_call", "subagent_stop"],
-    });
-    write(&dst.join("manifest.json"), &manifest.to_string());
+/// The venv's Python (beside its `hermes`).
+pub(crate) fn hermes_python() -> PathBuf {
+    hermes_bin().with_file_name("python")
+}
+
+/// Installs the shim into `hermes_home` the way an operator does: `canon-hermes install` with
+/// the venv's Python (cli.md §3), which writes the package, its manifest pinning this binary and
+/// the skill, and enables the plugin and the platform. `HOME` is the scratch directory around
+/// the profile, so nothing reaches the real home. Returns the command's stdout.
+pub(crate) fn install_shim(hermes_home: &Path) -> String {
+    let home = hermes_home.parent().unwrap_or(hermes_home);
+    let out = Command::new(env!("CARGO_BIN_EXE_canon-hermes"))
+        .arg("install")
+        .arg("--python")
+        .arg(hermes_python())
+        .current_dir(home)
+        .env("HERMES_HOME", hermes_home)
+        .env("HOME", home)
+        .env_remove("HERMES_PYTHON")
+        .env_remove("CANON_ALLOWED_USERS")
+        .env_remove("CANON_ALLOW_ALL_USERS")
+        .env_remove("GATEWAY_MULTIPLEX_PROFILES")
+        .env_remove("HERMES_S6_SUPERVISED_CHILD")
+        .stdin(Stdio::null())
+        .output()
+        .expect("canon-hermes install runs");
+    assert!(
+        out.status.success(),
+        "canon-hermes install failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// What a scenario changes in the hermes-host.md §20.2 recipe.

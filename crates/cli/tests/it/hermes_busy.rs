@@ -392,12 +392,19 @@ async fn daemon_crash_loop_hands_over_to_the_gateway_reconnect() {
 }
 
 /// Runs `code` in the venv's Python with the installed shim (manifest pinning this binary)
-/// loaded as module `shim` and a `canon` platform entry registered; returns stdout.
+/// loaded as module `shim` and a `canon` platform entry registered; returns stdout. The shim is
+/// installed into a profile of its own, so that Hermes, which runs with an empty profile here,
+/// does not also load it as a plugin.
 fn shim_python(code: &str, env: &[(&str, &str)]) -> String {
-    let python = super::gateway_support::hermes_bin().with_file_name("python");
+    let python = super::gateway_support::hermes_python();
     let home = tempfile::tempdir().expect("scratch dir");
-    super::gateway_support::install_shim(home.path());
-    let shim = super::gateway_support::shim_prelude(&home.path().join("plugins/canon-hermes"));
+    let installed = home.path().join("installed");
+    let hermes_home = home.path().join("hermes");
+    for dir in [&installed, &hermes_home] {
+        std::fs::create_dir_all(dir).expect("a profile home");
+    }
+    super::gateway_support::install_shim(&installed);
+    let shim = super::gateway_support::shim_prelude(&installed.join("plugins/canon-hermes"));
     let prelude = format!(
         "{shim}import asyncio, inspect\n\
          from gateway.platform_registry import platform_registry, PlatformEntry\n\
@@ -407,7 +414,7 @@ fn shim_python(code: &str, env: &[(&str, &str)]) -> String {
     );
     let out = std::process::Command::new(python)
         .args(["-c", &format!("{prelude}{code}")])
-        .env("HERMES_HOME", home.path())
+        .env("HERMES_HOME", &hermes_home)
         .env("HOME", home.path())
         .env_remove("CANON_API_KEY")
         .envs(env.iter().copied())

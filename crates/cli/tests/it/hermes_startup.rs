@@ -14,7 +14,7 @@ use canon_sim::control::Injection;
 use canon_sim::{Sim, DEFAULT_CONVERSATION};
 use serde_json::json;
 
-use super::gateway_support::{hermes_bin, shim_prelude, shim_source, start_gateway, ANSWER, TURN};
+use super::gateway_support::{shim_prelude, shim_source, start_gateway, ANSWER, TURN};
 use super::hermes_support::{is_turn_complete, model_server, state_sequence, Scenario};
 
 /// hermes-host.md §9.5: a message that arrives while Hermes runs its startup restore gets a
@@ -80,7 +80,7 @@ async fn real_gateway_message_during_startup_restore_is_one_turn() {
 
 /// Runs `code` in the venv's Python with the shim package loaded as module `shim`; returns stdout.
 fn run_shim_python(code: &str) -> String {
-    let python = hermes_bin().with_file_name("python");
+    let python = super::gateway_support::hermes_python();
     let home = tempfile::tempdir().expect("scratch dir");
     let prelude = shim_prelude(&shim_source());
     let out = Command::new(python)
@@ -98,16 +98,62 @@ fn run_shim_python(code: &str) -> String {
 }
 
 #[test]
-fn shim_refuses_an_unaudited_host() {
-    let out = run_shim_python(
-        "assert shim.host_refusal() is None, shim.host_refusal()\n\
+fn shim_registers_a_failing_platform_on_an_unaudited_host() {
+    // The installed shim (its manifest names the binary version), on a host it was not audited
+    // for: the platform is registered with a check that fails and says why (cli.md §7.2), no
+    // hook and no skill are registered, and nothing is raised into Hermes' plugin loader.
+    let home = tempfile::tempdir().expect("scratch dir");
+    let hermes_home = home.path().join("hermes");
+    std::fs::create_dir_all(&hermes_home).expect("the profile home");
+    super::gateway_support::install_shim(&hermes_home);
+    let prelude = shim_prelude(&hermes_home.join("plugins/canon-hermes"));
+    let code = "assert shim.host_refusal() is None, shim.host_refusal()\n\
+         class Ctx:\n    calls = []\n\
+         \x20   def register_hook(self, *a): self.calls.append('hook')\n\
+         \x20   def register_skill(self, *a): self.calls.append('skill')\n\
+         \x20   def register_platform(self, **kw): self.kw = kw\n\
+         ok = Ctx()\nshim.register(ok)\nprint(sorted(set(ok.calls)))\n\
          shim.hermes_version = lambda: '0.18.2'\n\
-         try:\n    shim.register(object())\n    print('registered')\n\
-         except RuntimeError as exc:\n    print(exc)\n",
-    );
+         ctx = Ctx()\nctx.calls = []\nshim.register(ctx)\n\
+         print(ctx.kw['name'], ctx.kw['check_fn'](), ctx.calls)\n\
+         print(ctx.kw['install_hint'])\n\
+         try:\n    ctx.kw['adapter_factory'](None)\nexcept RuntimeError as exc:\n    print(exc)\n\
+         shim.hermes_version = lambda: 'none'\nprint(shim.host_refusal())\n";
+    let out = Command::new(super::gateway_support::hermes_python())
+        .args(["-c", &format!("{prelude}{code}")])
+        .env("HERMES_HOME", &hermes_home)
+        .env("HOME", home.path())
+        .output()
+        .expect("the venv python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.starts_with("Canon requires hermes-agent 0.19.0 on Python 3.11; found 0.18.2 on 3.11."),
-        "{out}"
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let python = lines[2]
+        .strip_prefix("Unsupported Hermes host: hermes-agent 0.18.2 on Python ")
+        .and_then(|rest| rest.split_once(". canon-hermes "))
+        .map(|(python, _)| python)
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let refusal = |hermes: &str| {
+        format!(
+            "Unsupported Hermes host: hermes-agent {hermes} on Python {python}. canon-hermes {} \
+             supports exactly hermes-agent 0.19.0 on Python 3.11.",
+            env!("CARGO_PKG_VERSION")
+        )
+    };
+    assert!(python.starts_with("3.11."), "{stdout}");
+    assert_eq!(
+        lines,
+        [
+            "['hook', 'skill']".to_owned(),
+            "canon False []".to_owned(),
+            refusal("0.18.2"),
+            refusal("0.18.2"),
+            refusal("not installed"),
+        ]
     );
 }
 

@@ -13,6 +13,7 @@ mod hermes_turns;
 mod serve_config;
 mod serve_connect;
 mod serve_handshake;
+mod install;
 mod serve_hitl;
 mod serve_lifecycle;
 mod serve_media;

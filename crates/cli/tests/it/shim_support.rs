@@ -250,13 +250,13 @@ impl Shim {
         .await;
     }
 
-    /// The `hello` request; returns its response.
+    /// The `hello` request (with the hash the installed shim would send); returns its response.
     pub(crate) async fn hello(&mut self) -> Value {
         self.request(
             "hello",
             json!({
                 "protocols": [1],
-                "manifest_sha256": "0".repeat(64),
+                "manifest_sha256": shim_sha256(),
                 "shim_version": env!("CARGO_PKG_VERSION"),
                 "binary_version": env!("CARGO_PKG_VERSION"),
                 "hermes_version": "0.19.0",
@@ -462,4 +462,32 @@ pub(crate) fn turn_states_by_turn(s: &State, conversation: &str) -> BTreeMap<Str
         out.entry(id).or_default().push(state);
     }
     out
+}
+
+/// The hash a shim installed by this binary sends as `hello.manifest_sha256`: SHA-256 over the
+/// package's `.py` files in byte order of their names, each as `<name> LF <length> LF <bytes>`
+/// (the manifest's `shim_hash`), computed here from the source package.
+pub(crate) fn shim_sha256() -> String {
+    use sha2::{Digest as _, Sha256};
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/hermes/plugin/canon-hermes");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the shim package")
+        .map(|entry| {
+            entry
+                .expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".py"))
+        .collect();
+    names.sort();
+    let mut hasher = Sha256::new();
+    for name in names {
+        let bytes = std::fs::read(dir.join(&name)).expect("a module");
+        hasher.update(format!("{name}\n{}\n", bytes.len()).as_bytes());
+        hasher.update(&bytes);
+    }
+    format!("{:x}", hasher.finalize())
 }

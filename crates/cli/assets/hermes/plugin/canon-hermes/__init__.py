@@ -3,8 +3,8 @@
 Every gateway call becomes one JSON-lines frame to the Rust daemon (hermes-host.md §19); the
 daemon's requests become Hermes calls. All Canon logic lives in the daemon; this package only holds
 what needs Hermes objects or this process. This module is what Hermes imports: `register()` (the
-host-version gate, the hooks, the platform entry), the tool hooks, the cheap requirements check
-and the out-of-process `standalone_send`. The rest is in `_daemon.py` (the child process and its
+host-version gate, the hooks, the skill, the platform entry), the tool hooks, the cheap
+requirements check and the out-of-process `standalone_send`. The rest is in `_daemon.py` (the child process and its
 supervision), `_adapter.py` (the adapter class, imported only inside Hermes), `_busy.py` (the
 busy-input seam) and `_constants.py` (what the shim shares with the Rust side). Standard library
 only.
@@ -13,9 +13,9 @@ only.
 import logging
 import os
 
-from ._constants import (AUDITED_HERMES, AUDITED_PYTHON, HOST_REFUSAL, MAX_MESSAGE_LENGTH, PLATFORM,
-                         STANDALONE_ERROR_PREFIX, STANDALONE_FAILED, TIMEOUTS)
-from ._daemon import MANIFEST, SUPERVISOR, call, hermes_version, python_version, turn_ctx
+from ._constants import (AUDITED_HERMES, AUDITED_PYTHON, MAX_MESSAGE_LENGTH, PLATFORM, STANDALONE_ERROR_PREFIX,
+                         STANDALONE_FAILED, TIMEOUTS)
+from ._daemon import HERE, MANIFEST, SUPERVISOR, call, hermes_version, python_version, turn_ctx
 
 HOOK_TEXT_LIMIT = 16384  # code points of a hook's `args` or `result` string sent to the daemon
 PLATFORM_DEFAULTS = {"allowed_users_env": "CANON_ALLOWED_USERS", "allow_all_env": "CANON_ALLOW_ALL_USERS",
@@ -25,11 +25,21 @@ PLATFORM_DEFAULTS = {"allowed_users_env": "CANON_ALLOWED_USERS", "allow_all_env"
 log = logging.getLogger("canon_hermes")
 
 
+# The refusal of a host outside the audited pair, worded as `canon-hermes install` words it
+# (cli.md §7.2): found Hermes, found Python, binary version, audited Hermes, audited Python.
+UNSUPPORTED_HOST = ("Unsupported Hermes host: hermes-agent %s on Python %s. canon-hermes %s supports exactly "
+                    "hermes-agent %s on Python %s.")
+
+
 def host_refusal():
-    """The refusal text when this host is outside the audited pair, else None."""
+    """The refusal text when this host is outside the audited pair of the manifest (the shim's
+    own constants when there is no manifest), else None."""
+    audited = MANIFEST.get("audited_host") or {}
+    want_hermes, want_python = audited.get("hermes_agent", AUDITED_HERMES), audited.get("python", AUDITED_PYTHON)
     py, hermes = python_version(), hermes_version()
-    if hermes != AUDITED_HERMES or not py.startswith(AUDITED_PYTHON + "."):
-        return HOST_REFUSAL % (AUDITED_HERMES, AUDITED_PYTHON, hermes, py)
+    if hermes != want_hermes or not py.startswith(want_python + "."):
+        found = "not installed" if hermes == "none" else hermes
+        return UNSUPPORTED_HOST % (found, py, MANIFEST.get("binary_version", "unknown"), want_hermes, want_python)
     return None
 
 
@@ -81,16 +91,38 @@ async def standalone_send(pconfig, chat_id, message, *, thread_id=None, media_fi
     return {"error": body.get("error") or STANDALONE_FAILED}
 
 
+def _refused_factory(refusal):
+    def factory(_cfg):
+        raise RuntimeError(refusal)
+    return factory
+
+
+def _register_skills(ctx):
+    """The manifest's skills (the generated rich-cards skill), as `canon-hermes:<name>`."""
+    if not hasattr(ctx, "register_skill"):
+        return
+    for skill in MANIFEST.get("skills", []):
+        path = HERE / skill.get("path", "")
+        if skill.get("name") and path.is_file():
+            ctx.register_skill(skill["name"], path, skill.get("description", ""))
+
+
 def register(ctx):
+    platform = MANIFEST.get("platform", {})
+    entry = {k: platform.get(k, v) for k, v in PLATFORM_DEFAULTS.items()}
     refusal = host_refusal()
     if refusal:
+        # cli.md §7.2: the platform stays listed with a failing check whose hint says why; the
+        # gateway logs "Platform 'Canon' requirements not met (<refusal>)". No hooks, no adapter.
         log.error("canon-hermes: %s", refusal)
-        raise RuntimeError(refusal)
+        ctx.register_platform(name=PLATFORM, label=platform.get("label", "Canon"),
+                              adapter_factory=_refused_factory(refusal), check_fn=lambda: False,
+                              **dict(entry, install_hint=refusal))
+        return
     adapter_class = _make_adapter_class()
-    platform = MANIFEST.get("platform", {})
     for kind in ("pre_tool_call", "post_tool_call", "subagent_stop"):
         ctx.register_hook(kind, _hook(kind))
+    _register_skills(ctx)
     ctx.register_platform(
         name=PLATFORM, label=platform.get("label", "Canon"), adapter_factory=lambda cfg: adapter_class(cfg),
-        check_fn=check_requirements, standalone_sender_fn=standalone_send,
-        **{k: platform.get(k, v) for k, v in PLATFORM_DEFAULTS.items()})
+        check_fn=check_requirements, standalone_sender_fn=standalone_send, **entry)

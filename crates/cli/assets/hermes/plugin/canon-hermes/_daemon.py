@@ -10,8 +10,9 @@ while an adapter is connected (which then reconnects and resyncs its open turns)
 after too many exits. The frame helpers (`encode`, `decode`, the envelope builders, `settle`) are
 pure; crates/cli/tests/it/shim_golden.rs feeds them the golden lines of fixtures/stdio/.
 
-Also here: what the `hello` reports about this host (manifest hash, Hermes and Python versions,
-the multiplex flag) and `turn_ctx`, the turn context attached to requests made inside a turn.
+Also here: the manifest `canon-hermes install` wrote, what the `hello` reports about this host
+(the hash of the installed package's code, Hermes and Python versions, the multiplex flag) and
+`turn_ctx`, the turn context attached to requests made inside a turn.
 Standard library only; Hermes is imported inside the functions that read it, so this module
 loads without Hermes.
 """
@@ -52,12 +53,27 @@ HERE = Path(__file__).resolve().parent
 
 
 def _manifest():
-    path = HERE / "manifest.json"
-    raw = path.read_bytes() if path.exists() else b"{}"
-    return json.loads(raw or b"{}"), hashlib.sha256(raw).hexdigest()
+    """manifest.json as `canon-hermes install` wrote it; {} when it is missing or unreadable (the
+    daemon then refuses the hello as a stale shim)."""
+    try:
+        manifest = json.loads((HERE / "manifest.json").read_bytes() or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
 
 
-MANIFEST, MANIFEST_SHA256 = _manifest()
+def package_sha256(directory):
+    """SHA-256 of the package's code as installed: its .py files in byte order of their names,
+    each as `<name> LF <length> LF <bytes>` (the manifest's `shim_hash`). The hello sends it as
+    `manifest_sha256`; the daemon compares it with the hash of the shim its binary installs."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).glob("*.py"), key=lambda p: p.name.encode()):
+        data = path.read_bytes()
+        digest.update(path.name.encode() + b"\n%d\n" % len(data) + data)
+    return digest.hexdigest()
+
+
+MANIFEST, SHIM_SHA256 = _manifest(), package_sha256(HERE)
 
 
 # ----- host facts -----
@@ -172,7 +188,7 @@ class Daemon:
             threading.Thread(target=target, daemon=True, name="canon-hermes-" + target.__name__).start()
         try:
             self.hello = self.call("hello", {
-                "protocols": [PROTOCOL], "manifest_sha256": MANIFEST_SHA256,
+                "protocols": [PROTOCOL], "manifest_sha256": SHIM_SHA256,
                 "shim_version": MANIFEST.get("binary_version", ""),
                 "binary_version": MANIFEST.get("binary_version", ""),
                 "hermes_version": hermes_version(), "python_version": python_version(),

@@ -1,0 +1,156 @@
+//! The `canon-hermes` program (spec `cli.md`): argv → command → exit code. Both binaries of the
+//! package, `canon-hermes` and its compatibility alias `canon-hermes-plugin` (cli.md §1), are
+//! [`run`]. This crate only wires: it reads argv and the environment, calls the library crates,
+//! prints, and maps results to the exit codes of cli.md §1. It holds no Canon logic.
+//!
+//! Commands:
+//! - `install [--setup] [--profile NAME] [--python PATH]` ([`install`]): write the Python shim,
+//!   its manifest and the rich-cards skill into a Hermes profile and enable the plugin and the
+//!   Canon platform there (cli.md §3). [`hermes`] finds the profile and the Hermes Python and
+//!   runs Hermes' own config helpers in it; [`shim`] holds the embedded shim package.
+//! - `card validate [FILE|-]` (alias `cards validate`): validate one canon.card.v1 card and print
+//!   `{"ok":…,"errors":[…]}` on stdout. Exit 0 valid, 1 invalid, 2 when the input cannot be read
+//!   or is not JSON (cards.md §16.4).
+//! - `serve --stdio` (hidden): the daemon the Python shim spawns; JSON lines of hermes-host.md §19
+//!   on stdin/stdout, logs on stderr; exit 0 on stdin EOF.
+//!
+//! Argument parsing is `clap` (derive): usage errors exit 2, `--help` and `--version` exit 0.
+//! Must not depend on xtask; the library crates it links are those of ARCHITECTURE.md.
+
+mod card;
+mod hermes;
+mod install;
+mod serve;
+mod shim;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+
+/// Exit codes shared by every command (cli.md §1).
+pub(crate) mod exit {
+    /// The command did its job and the answer is "yes" (valid card, healthy check).
+    pub(crate) const OK: u8 = 0;
+    /// The command did its job and the answer is "no" (invalid card), or it failed with a
+    /// printed error (cli.md §1).
+    pub(crate) const REJECTED: u8 = 1;
+    /// The command could not do its job: bad usage, unreadable input, not JSON.
+    pub(crate) const FAILED: u8 = 2;
+}
+
+/// The program name used when argv[0] names none (cli.md §1).
+const PROGRAM: &str = "canon-hermes";
+
+/// The command line (cli.md §1).
+#[derive(Debug, Parser)]
+#[command(
+    name = PROGRAM,
+    version,
+    about = "Connect a Hermes Agent gateway to Canon",
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Enable the Canon Hermes plugin
+    Install(install::InstallArgs),
+    /// Validate canon.card.v1 cards
+    #[command(
+        alias = "cards",
+        subcommand_required = true,
+        arg_required_else_help = true
+    )]
+    Card {
+        #[command(subcommand)]
+        command: CardCommand,
+    },
+    /// Run the daemon the Hermes shim spawns (JSON lines on stdin and stdout)
+    #[command(hide = true)]
+    Serve {
+        /// Speak the shim protocol on stdin and stdout
+        #[arg(long, required = true)]
+        stdio: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CardCommand {
+    /// Validate one card; prints {"ok":…,"errors":[…]}; exit 0 valid, 1 invalid, 2 unreadable
+    Validate {
+        /// The card's JSON file; stdin when FILE is - or absent
+        #[arg(value_name = "FILE|-")]
+        file: Option<String>,
+    },
+}
+
+/// Runs the program with this process's argv and returns its exit code.
+pub fn run() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let name = program_name(args.first());
+    let matches = match Cli::command().bin_name(&name).try_get_matches_from(&args) {
+        Ok(matches) => matches,
+        Err(error) => return clap_exit(&error),
+    };
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => return clap_exit(&error),
+    };
+    let code = match cli.command {
+        Command::Install(args) => install::install_command(&args),
+        Command::Card {
+            command: CardCommand::Validate { file },
+        } => card::validate_command(file.as_deref()),
+        Command::Serve { stdio: _ } => serve::serve_command(&["--stdio"]),
+    };
+    ExitCode::from(code)
+}
+
+/// The basename of argv[0], else `canon-hermes` (cli.md §1).
+fn program_name(argv0: Option<&OsString>) -> String {
+    argv0
+        .and_then(|arg| std::path::Path::new(arg).file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| PROGRAM.to_owned())
+}
+
+/// Prints a clap outcome (help and version on stdout, usage errors on stderr) and returns its
+/// exit code: 0 for help and version, 2 for a usage error (cli.md §1).
+fn clap_exit(error: &clap::Error) -> ExitCode {
+    let _ = error.print();
+    ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(exit::FAILED))
+}
+
+/// Prints an error chain to stderr as `canon-hermes: outer: inner`.
+pub(crate) fn report_error(error: &anyhow::Error) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{PROGRAM}: {error:#}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_name_is_the_basename_of_argv0() {
+        let name = |arg: &str| program_name(Some(&OsString::from(arg)));
+        assert_eq!(
+            name("/usr/local/bin/canon-hermes-plugin"),
+            "canon-hermes-plugin"
+        );
+        assert_eq!(name("canon-hermes"), "canon-hermes");
+        assert_eq!(name(""), "canon-hermes");
+        assert_eq!(program_name(None), "canon-hermes");
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}
