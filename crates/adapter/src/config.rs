@@ -119,8 +119,9 @@ pub struct Config {
     pub canon_home: Option<PathBuf>,
     /// `CANON_HOME_CHANNEL`, the standalone fallback target.
     pub home_channel: Option<String>,
-    /// SHA-256 of the manifest this binary would install; `None` accepts the
-    /// shim's (the install command that generates it does not exist yet).
+    /// SHA-256 of the shim code this binary installs (`canon-hermes install`
+    /// records it; the shim sends the hash of its installed files in
+    /// `hello`); `None` accepts the shim's own.
     pub manifest_sha256: Option<String>,
     /// Sleeps of the durable loop; `None` keeps the transport's defaults.
     pub durable_backoff: Option<[Duration; 2]>,

@@ -196,7 +196,9 @@ fn config_from_env() -> Config {
         inbound_visual_media_delivery: env.get("CANON_INBOUND_VISUAL_MEDIA_DELIVERY"),
         canon_home: paths.map(|p| p.canon_home),
         home_channel: env.get("CANON_HOME_CHANNEL"),
-        manifest_sha256: None,
+        // The hash of the shim this binary installs: any other shim (an upgraded binary without
+        // a new `install`, a hand-edited module) is refused as stale at `hello`.
+        manifest_sha256: Some(crate::shim::shim_sha256()),
         durable_backoff: None,
         parent_pid: parent_pid(&env),
         signal_poll: interval_ms(&env, "CANON_HERMES_SIGNAL_POLL_MS", config::SIGNAL_POLL),

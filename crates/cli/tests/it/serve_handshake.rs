@@ -119,3 +119,32 @@ async fn probe_reports_missing_credentials_and_verifies_on_request() {
     );
     assert_eq!(shim.close().await, Some(0));
 }
+
+/// A shim whose code is not exactly the one this binary installs (an upgraded binary without a
+/// new `canon-hermes install`, or a hand-edited module) is refused as stale, with the remedy.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shim_with_other_code_is_refused_as_stale() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    let refused = shim
+        .request(
+            "hello",
+            json!({"protocols": [1], "manifest_sha256": "0".repeat(64),
+                   "shim_version": env!("CARGO_PKG_VERSION"),
+                   "binary_version": env!("CARGO_PKG_VERSION"),
+                   "hermes_version": "0.19.0", "python_version": "3.11.7",
+                   "pid": 1, "hermes_home": "/tmp/hermes"}),
+        )
+        .await;
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert_eq!(refused["error"]["code"], "stale_shim");
+    assert_eq!(
+        refused["error"]["message"],
+        canon_host::protocol::STALE_SHIM_MESSAGE
+    );
+    let hello = shim.hello().await;
+    assert_eq!(
+        hello["ok"], true,
+        "the installed shim's hash is accepted: {hello}"
+    );
+}

@@ -14,7 +14,8 @@ use super::{
 pub struct Hello {
     /// Protocol versions the shim speaks.
     pub protocols: Vec<u32>,
-    /// SHA-256 of the manifest the shim loaded.
+    /// SHA-256 of the shim's installed code (its `.py` files, as
+    /// `canon-hermes install` records it in `manifest.json` `shim_sha256`).
     pub manifest_sha256: String,
     /// The shim's version.
     pub shim_version: String,
@@ -66,7 +67,7 @@ pub struct Limits {
 pub struct HandshakePolicy<'a> {
     /// The daemon's version.
     pub daemon_version: &'a str,
-    /// SHA-256 of the manifest the daemon would generate.
+    /// SHA-256 of the shim code the daemon's binary installs.
     pub manifest_sha256: &'a str,
     /// The audited `hermes-agent` version (e.g. `0.19.0`).
     pub audited_hermes: &'a str,
