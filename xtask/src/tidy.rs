@@ -53,6 +53,7 @@ mod tests {
                 "canon-wire",
                 "canon-host",
                 "canon-profiles",
+                "canon-transport",
             ],
         ),
         ("xtask", &[]),

@@ -1,6 +1,7 @@
 //! Locating Hermes (cli.md §2): the profile home the `hermes` CLI itself would use (cli.md §2.1,
 //! hermes-agent 0.19.0 `hermes_cli/main.py`), the Hermes Python (cli.md §2.2), and the one-shot
-//! helpers of cli.md §2.3 run in that Python (`helper.py`, embedded). The CLI never parses or
+//! helpers of cli.md §2.3 run in that Python (`helper.py`, embedded), and what the `hermes`
+//! launcher on `PATH` runs (doctor's line 6, cli.md §9). The CLI never parses or
 //! writes Hermes' `config.yaml` or `.env` itself: the helpers call Hermes' own functions.
 //!
 //! [`locate_profile`] and [`locate_python`] read nothing but the [`HostEnv`] they are given and
@@ -277,6 +278,95 @@ fn launcher_interpreter(launcher: &Path, env: &HostEnv) -> Option<PathBuf> {
         return find_on_path(name, env.path.as_ref()?);
     }
     Some(interpreter)
+}
+
+/// What the `hermes` launcher on `PATH` runs (cli.md §9 line 6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Launcher {
+    /// A `#!` script whose interpreter is a Python (for `#!/usr/bin/env NAME`, `NAME` found on
+    /// `PATH`, or `NAME` itself when it is not there), or pip's `/bin/sh` trampoline for a
+    /// shebang too long for the kernel (a second line `'''exec' "<python>" "$0" "$@"`).
+    Python(PathBuf),
+    /// A `#!` script run by something that is not a Python.
+    NonPython,
+    /// No `#!` line (a compiled program, or text that is no script).
+    Unknown,
+    /// The file could not be read.
+    Unreadable,
+}
+
+/// The `hermes` launcher on `PATH` and what it runs; `None` when there is none.
+pub(crate) fn hermes_launcher(env: &HostEnv) -> Option<(PathBuf, Launcher)> {
+    let launcher = find_on_path("hermes", env.path.as_ref()?)?;
+    let kind = inspect_launcher(&launcher, env);
+    Some((launcher, kind))
+}
+
+/// Reads the first bytes of `launcher` (at most 4 KiB) and classifies them.
+fn inspect_launcher(launcher: &Path, env: &HostEnv) -> Launcher {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    let read =
+        std::fs::File::open(launcher).and_then(|file| file.take(4096).read_to_end(&mut head));
+    match read {
+        Ok(_) => classify_launcher(&head, env),
+        Err(_) => Launcher::Unreadable,
+    }
+}
+
+/// [`Launcher`] from the first bytes of a launcher.
+fn classify_launcher(head: &[u8], env: &HostEnv) -> Launcher {
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.lines();
+    let Some(shebang) = lines.next().and_then(|line| line.strip_prefix("#!")) else {
+        return Launcher::Unknown;
+    };
+    let mut words = shebang.split_whitespace();
+    let Some(first) = words.next() else {
+        return Launcher::Unknown;
+    };
+    let mut interpreter = PathBuf::from(first);
+    if interpreter.file_name().is_some_and(|name| name == "env") {
+        let Some(name) = words.find(|word| !word.starts_with('-')) else {
+            return Launcher::NonPython;
+        };
+        interpreter = env
+            .path
+            .as_ref()
+            .and_then(|path| find_on_path(name, path))
+            .unwrap_or_else(|| PathBuf::from(name));
+    }
+    let is_python = |path: &Path| {
+        path.file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("python"))
+    };
+    if is_python(&interpreter) {
+        return Launcher::Python(interpreter);
+    }
+    if interpreter.file_name().is_some_and(|name| name == "sh") {
+        let trampoline = lines
+            .next()
+            .and_then(|line| line.strip_prefix("'''exec' \""))
+            .and_then(|rest| rest.split('"').next())
+            .map(PathBuf::from);
+        if let Some(python) = trampoline.filter(|p| is_python(p)) {
+            return Launcher::Python(python);
+        }
+    }
+    Launcher::NonPython
+}
+
+/// Whether two interpreters are the same Python environment: the same `bin` directory, and the
+/// same file name there or two names of one file (a venv's `python` and `python3`). The
+/// interpreter's own symbolic link is not followed out of its directory: every venv's `python`
+/// links to the base interpreter it was made from.
+pub(crate) fn same_environment(a: &Path, b: &Path) -> bool {
+    let dir = |path: &Path| path.parent().map(resolve);
+    if dir(a).is_none() || dir(a) != dir(b) {
+        return false;
+    }
+    a.file_name() == b.file_name()
+        || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 fn find_on_path(name: &str, path: &OsString) -> Option<PathBuf> {

@@ -150,7 +150,7 @@ fn install(args: &InstallArgs, env: &HostEnv, out: &mut dyn std::io::Write) -> a
 }
 
 /// cli.md §3.1 step 2: the refusal of a host outside the audited pair (cli.md §7.2), else `None`.
-fn host_refusal(probe: &Value) -> Option<String> {
+pub(crate) fn host_refusal(probe: &Value) -> Option<String> {
     use canon_host::protocol::{AUDITED_HERMES, AUDITED_PYTHON};
     let hermes = probe["hermes_version"].as_str();
     let python = probe["python_version"].as_str().unwrap_or("unknown");
@@ -168,7 +168,7 @@ fn host_refusal(probe: &Value) -> Option<String> {
 }
 
 /// cli.md §3.1 step 8: what install saw but does not change.
-fn warnings(probe: &Value) -> Vec<String> {
+pub(crate) fn warnings(probe: &Value) -> Vec<String> {
     let mut lines = Vec::new();
     if probe["multiplex_profiles"] == true {
         lines.push(

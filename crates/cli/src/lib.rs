@@ -8,6 +8,8 @@
 //!   its manifest and the rich-cards skill into a Hermes profile and enable the plugin and the
 //!   Canon platform there (cli.md §3). [`hermes`] finds the profile and the Hermes Python and
 //!   runs Hermes' own config helpers in it; [`shim`] holds the embedded shim package.
+//! - `doctor [--profile NAME] [--python PATH] [--online] [--json]` ([`doctor`]): the checks of
+//!   cli.md §9 on a Hermes profile, one line each; exit 0 ready, 1 needs setup.
 //! - `card validate [FILE|-]` (alias `cards validate`): validate one canon.card.v1 card and print
 //!   `{"ok":…,"errors":[…]}` on stdout. Exit 0 valid, 1 invalid, 2 when the input cannot be read
 //!   or is not JSON (cards.md §16.4).
@@ -18,6 +20,7 @@
 //! Must not depend on xtask; the library crates it links are those of ARCHITECTURE.md.
 
 mod card;
+mod doctor;
 mod hermes;
 mod install;
 mod serve;
@@ -60,6 +63,8 @@ struct Cli {
 enum Command {
     /// Enable the Canon Hermes plugin
     Install(install::InstallArgs),
+    /// Check Canon Hermes plugin setup
+    Doctor(doctor::DoctorArgs),
     /// Validate canon.card.v1 cards
     #[command(
         alias = "cards",
@@ -103,6 +108,7 @@ pub fn run() -> ExitCode {
     };
     let code = match cli.command {
         Command::Install(args) => install::install_command(&args),
+        Command::Doctor(args) => doctor::doctor_command(&args),
         Command::Card {
             command: CardCommand::Validate { file },
         } => card::validate_command(file.as_deref()),

@@ -1,7 +1,7 @@
 //! `canon-profiles`: the one place that decides which Canon agent credentials and which Canon
 //! environment a process uses (cli.md §5, §6), so `serve --stdio`, the shim's readiness `probe`
-//! (answered by the daemon from what `serve` resolved) and `setup` and `doctor` (still to be
-//! built on it) can never disagree.
+//! (answered by the daemon from what `serve` resolved), `doctor` and `setup` (still to be built
+//! on it) can never disagree.
 //!
 //! The API, in the order a caller meets it:
 //!

@@ -7,8 +7,9 @@ itself goes to stderr. Config and .env are read and written only through Hermes'
 `hermes_cli.config` functions, so YAML formatting, default stripping, file modes, managed-scope
 guards and .env quoting are Hermes'. Secrets travel on stdin, never in argv.
 
-Helpers: `host.probe` (read-only facts about the host and the profile; it imports Hermes lazily
-so that it also answers on a Python without Hermes, and it writes nothing), `config.install`
+Helpers: `host.probe` (read-only facts about the host and the profile, read with Hermes' own
+functions where it has them; it imports Hermes lazily so that it also answers on a Python without
+Hermes, and it writes nothing; `install` and `doctor` use it), `config.install`
 (the config.yaml changes and the access rule of cli.md §3.2), `env.get` and `env.set`.
 """
 
@@ -106,6 +107,45 @@ def unreadable_config(path):
     return None
 
 
+def importable(name):
+    """Whether module `name` can be found (a source checkout has no distribution metadata)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(name) is not None
+    except Exception:
+        return False
+
+
+def approvals_mode(effective):
+    """`approvals.mode` as Hermes reads it: 'manual', 'smart' or 'off'. A copy of
+    tools/approval.py `_normalize_approval_mode` (hermes-agent 0.19.0): importing that module
+    creates the profile's directory skeleton, and the probe writes nothing. YAML's bare `off`
+    arrives as False; an unknown or blank value means manual."""
+    mode = section(effective, "approvals").get("mode", "manual")
+    if isinstance(mode, bool):
+        return "manual" if mode else "off"
+    if isinstance(mode, str):
+        token = mode.strip().lower()
+        return token if token in ("manual", "smart", "off") else "manual"
+    return "manual"
+
+
+def streaming_enabled(raw):
+    """Whether the gateway streams: the raw `streaming` section (else `gateway.streaming`) as
+    gateway/config.py `load_gateway_config` picks it, read by its `StreamingConfig.from_dict`
+    (the `mode` alias, bool-ish strings). Defaults are not merged in: a merged default
+    `enabled: False` would hide the `mode` alias."""
+    chosen = raw.get("streaming")
+    if not isinstance(chosen, dict):
+        chosen = section(raw, "gateway").get("streaming")
+    chosen = chosen if isinstance(chosen, dict) else {}
+    try:
+        from gateway.config import StreamingConfig
+    except Exception:
+        return bool_token(chosen.get("enabled")) is True
+    return bool(StreamingConfig.from_dict(chosen).enabled)
+
+
 def host_probe(_body):
     import importlib.metadata as metadata
     try:
@@ -114,13 +154,20 @@ def host_probe(_body):
         hermes_version = None
     home = os.environ.get("HERMES_HOME", "")
     facts = {
-        "hermes_version": hermes_version, "python_version": "%d.%d.%d" % sys.version_info[:3],
+        "hermes_version": hermes_version, "hermes_importable": importable("hermes_cli"),
+        "python_version": "%d.%d.%d" % sys.version_info[:3],
         "python_executable": sys.executable, "hermes_home": home, "profile_name": None,
         "plugins_enabled": None, "plugins_disabled": [], "canon_platform_enabled": None,
         "multiplex_profiles": False, "approvals_mode": None, "streaming_enabled": None,
         "valid_hooks": [], "pip_entry_point_conflict": entry_point_conflict(),
         "shim": shim_state(home), "config_error": None,
     }
+    # A host fact, not a config one: known even when config.yaml cannot be read.
+    try:
+        from hermes_cli.plugins import VALID_HOOKS
+        facts["valid_hooks"] = sorted(VALID_HOOKS)
+    except Exception:
+        pass
     try:
         config = hermes_config()
     except HelperError as exc:
@@ -145,13 +192,8 @@ def host_probe(_body):
         value = effective.get("multiplex_profiles")
         multiplex = bool_token(value if value is not None else gateway.get("multiplex_profiles"))
     facts["multiplex_profiles"] = bool(multiplex)
-    facts["approvals_mode"] = section(effective, "approvals").get("mode")
-    facts["streaming_enabled"] = bool(section(effective, "streaming").get("enabled"))
-    try:
-        from hermes_cli.plugins import VALID_HOOKS
-        facts["valid_hooks"] = sorted(VALID_HOOKS)
-    except Exception:
-        pass
+    facts["approvals_mode"] = approvals_mode(effective)
+    facts["streaming_enabled"] = streaming_enabled(raw)
     try:
         from hermes_cli.profiles import get_active_profile_name
         facts["profile_name"] = get_active_profile_name()

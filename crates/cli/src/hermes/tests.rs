@@ -229,3 +229,59 @@ fn probe_answers_without_hermes_and_refuses_config_helpers() {
         "nothing written"
     );
 }
+
+#[test]
+fn launchers_are_classified_by_their_first_lines() {
+    let (dir, mut env) = scratch();
+    let bin = dir.path().join("bin");
+    fs::create_dir_all(&bin).expect("bin");
+    let python3 = bin.join("python3");
+    fs::write(&python3, "").expect("python3");
+    fs::set_permissions(&python3, fs::Permissions::from_mode(0o755)).expect("chmod");
+    env.path = Some(bin.clone().into_os_string());
+    let check = |head: &str| classify_launcher(head.as_bytes(), &env);
+    assert_eq!(
+        check("#!/opt/venv/bin/python\nimport sys\n"),
+        Launcher::Python(PathBuf::from("/opt/venv/bin/python"))
+    );
+    assert_eq!(
+        check("#!/usr/bin/env -S python3 -u\n"),
+        Launcher::Python(python3.clone())
+    );
+    assert_eq!(
+        check("#!/usr/bin/env python3.99\n"),
+        Launcher::Python(PathBuf::from("python3.99")),
+        "not on PATH: the name as written"
+    );
+    // pip's trampoline for a shebang longer than the kernel takes.
+    assert_eq!(
+        check("#!/bin/sh\n'''exec' \"/very/long/venv/bin/python\" \"$0\" \"$@\"\n' '''\n"),
+        Launcher::Python(PathBuf::from("/very/long/venv/bin/python"))
+    );
+    assert_eq!(check("#!/bin/sh\nexec node cli.js\n"), Launcher::NonPython);
+    assert_eq!(check("#!/usr/bin/env\n"), Launcher::NonPython);
+    assert_eq!(check("\u{7f}ELF\u{2}\u{1}"), Launcher::Unknown);
+    assert_eq!(check("#!\n"), Launcher::Unknown);
+    assert_eq!(check(""), Launcher::Unknown);
+    let missing = dir.path().join("no-such-launcher");
+    assert_eq!(inspect_launcher(&missing, &env), Launcher::Unreadable);
+}
+
+#[test]
+fn same_environment_means_one_bin_directory_and_one_interpreter() {
+    let dir = tempfile::tempdir().expect("scratch");
+    let make = |venv: &str| {
+        let bin = dir.path().join(venv).join("bin");
+        fs::create_dir_all(&bin).expect("bin");
+        fs::write(bin.join("python3.11"), "").expect("python");
+        std::os::unix::fs::symlink("python3.11", bin.join("python")).expect("link");
+        std::os::unix::fs::symlink("python3.11", bin.join("python3")).expect("link");
+        bin
+    };
+    let (a, b) = (make("a"), make("b"));
+    assert!(same_environment(&a.join("python"), &a.join("python")));
+    assert!(same_environment(&a.join("python"), &a.join("python3")));
+    assert!(!same_environment(&a.join("python"), &b.join("python")));
+    fs::write(a.join("python2"), "").expect("another interpreter");
+    assert!(!same_environment(&a.join("python"), &a.join("python2")));
+}
