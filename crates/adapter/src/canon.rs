@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use canon_host::delivery;
 use canon_host::turn::{Delivery, DeliveryFailure, Effect};
-use canon_transport::{CanonClient, DurableRequest, TransportError};
+use canon_transport::{CanonClient, ClientConfig, DurableRequest, TransportError};
 use canon_wire::types::{delivered_message_id, DurableCall, NoReplyRecord};
 use tokio::sync::mpsc;
 
 use crate::config::{DISPOSITION_RETRY_DELAYS, MAX_DISPOSITION_RETRIES, NO_REPLY_RECORD_BUDGET};
+use crate::Config;
 
 /// Work for the in-order worker.
 pub(crate) enum Job {
@@ -139,6 +140,20 @@ pub(crate) async fn retry_disposition(
             "disposition release failed after every retry"
         );
     }
+}
+
+/// The Canon client of a configuration: its URLs, its key and, when set, its durable backoff.
+/// The daemon builds its one client with it, and so does a standalone send.
+pub(crate) fn client_for(config: &Config) -> Result<CanonClient, TransportError> {
+    let mut client = ClientConfig::new(
+        config.base_url.clone(),
+        config.stream_url.clone(),
+        config.api_key.clone(),
+    );
+    if let Some(backoff) = config.durable_backoff {
+        client.durable_backoff = backoff;
+    }
+    CanonClient::new(client)
 }
 
 pub(crate) type DeliveryResult = Result<Option<String>, DeliveryFailure>;

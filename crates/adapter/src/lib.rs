@@ -8,6 +8,9 @@
 //! runtime-signal pass, the status loop), and drives the timers the turn
 //! machine asks for. [`Config`] is what the binary reads from the
 //! environment; [`config`] also holds the shell's timing constants.
+//! [`standalone::send`] is the daemon's standalone send without the shim
+//! (`canon-hermes send`): the same planning, client, environment check and
+//! delivery, for one message.
 //!
 //! Layout: `shell` is the select loop and the driver's methods, split by
 //! concern (`requests`, `stream`, `media`, `hitl`); `stdio` the line reader
@@ -38,6 +41,7 @@ mod env;
 mod inbound_media;
 mod outbound;
 mod shell;
+pub mod standalone;
 mod stdio;
 mod tasks;
 

@@ -13,6 +13,9 @@
 //! - `card validate [FILE|-]` (alias `cards validate`): validate one canon.card.v1 card and print
 //!   `{"ok":…,"errors":[…]}` on stdout. Exit 0 valid, 1 invalid, 2 when the input cannot be read
 //!   or is not JSON (cards.md §16.4).
+//! - `send --to <conversation-id|home> [TEXT|-]` ([`send`]): the standalone sender for scripts
+//!   and cron outside Hermes (hermes-host.md §15): the daemon's standalone path, one id group of
+//!   byte-split parts, replayable with `--replay` after a failure.
 //! - `serve --stdio` (hidden): the daemon the Python shim spawns; JSON lines of hermes-host.md §19
 //!   on stdin/stdout, logs on stderr; exit 0 on stdin EOF.
 //!
@@ -23,6 +26,7 @@ mod card;
 mod doctor;
 mod hermes;
 mod install;
+mod send;
 mod serve;
 mod shim;
 
@@ -75,6 +79,8 @@ enum Command {
         #[command(subcommand)]
         command: CardCommand,
     },
+    /// Send a message to a Canon conversation from a script or cron job
+    Send(send::SendArgs),
     /// Run the daemon the Hermes shim spawns (JSON lines on stdin and stdout)
     #[command(hide = true)]
     Serve {
@@ -112,6 +118,7 @@ pub fn run() -> ExitCode {
         Command::Card {
             command: CardCommand::Validate { file },
         } => card::validate_command(file.as_deref()),
+        Command::Send(args) => send::send_command(&args),
         Command::Serve { stdio: _ } => serve::serve_command(&["--stdio"]),
     };
     ExitCode::from(code)

@@ -3,7 +3,7 @@
 //! resolver `setup` and `doctor` share), installs the stderr log subscriber and runs
 //! `canon_adapter::run` over stdin and stdout. The API key never reaches a log line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use canon_adapter::config::{self, Config};
@@ -28,13 +28,17 @@ impl DaemonEnv {
     /// Reads `<HERMES_HOME>/.env` (`HERMES_HOME`, else `~/.hermes`, cli.md §2.1 rule 4); an
     /// unreadable file is skipped with a warning.
     fn load() -> DaemonEnv {
-        let home_dir = std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .map(PathBuf::from);
         let hermes_home = std::env::var_os("HERMES_HOME")
             .filter(|h| !h.is_empty())
             .map(PathBuf::from)
-            .or_else(|| home_dir.as_ref().map(|h| h.join(".hermes")));
+            .or_else(|| home_dir().map(|h| h.join(".hermes")));
+        DaemonEnv::in_home(hermes_home.as_deref())
+    }
+
+    /// Reads `<hermes_home>/.env` beside the process environment; an unreadable file is
+    /// skipped with a warning.
+    fn in_home(hermes_home: Option<&Path>) -> DaemonEnv {
+        let home_dir = home_dir();
         let dotenv = match hermes_home {
             Some(dir) => DotEnv::read(&dir.join(".env")).unwrap_or_else(|error| {
                 tracing::warn!(%error, "ignoring the Hermes .env: it cannot be read");
@@ -57,6 +61,13 @@ impl DaemonEnv {
     fn raw(&self, name: &str) -> Option<String> {
         self.lookup.var(name)
     }
+}
+
+/// `HOME`, when set.
+fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
 }
 
 /// `CANON_HERMES_PARENT_PID`, the shim's process (hermes-host.md §19.3). A value that is not
@@ -105,8 +116,9 @@ struct Canon {
 /// must still be `https` or loopback `http`, so the key never travels in clear to another host.
 /// Every other case goes through `canon_profiles::resolve_credentials`. A resolution error is
 /// logged once (no secret reaches it) and leaves the daemon unconfigured: `probe` answers
-/// `configured: false` and `adapter.connect` the missing-credentials fatal.
-fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> Canon {
+/// `configured: false` and `adapter.connect` the missing-credentials fatal. The error's text is
+/// returned beside the empty configuration, for `send`.
+fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> (Canon, Option<String>) {
     let value = |name: &str| env.get(name).map(|v| v.trim().to_owned());
     if let (Some(key), None, Some(base_url), Some(stream_url)) = (
         value("CANON_API_KEY"),
@@ -119,15 +131,21 @@ fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> Canon {
                 "CANON_BASE_URL and CANON_STREAM_URL must use HTTPS (or local HTTP); \
                  the Canon platform stays unconfigured"
             );
-            return Canon::default();
+            return (
+                Canon::default(),
+                Some("CANON_BASE_URL and CANON_STREAM_URL must use HTTPS (or local HTTP)".into()),
+            );
         }
         tracing::info!("Canon credentials: CANON_API_KEY with explicit URLs, no environment check");
-        return Canon {
-            api_key: Some(ApiKey::new(key)),
-            base_url,
-            stream_url,
-            ..Canon::default()
-        };
+        return (
+            Canon {
+                api_key: Some(ApiKey::new(key)),
+                base_url,
+                stream_url,
+                ..Canon::default()
+            },
+            None,
+        );
     }
     let bootstrap = env.raw(BOOTSTRAP_ENV);
     let mut load_agents = || -> Result<AgentProfiles, StoreError> {
@@ -146,22 +164,23 @@ fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> Canon {
                 profile = profile.as_deref().unwrap_or(""),
                 "Canon credentials resolved"
             );
-            Canon {
+            let canon = Canon {
                 api_key: Some(credentials.api_key),
                 base_url: connection.base_url.clone(),
                 stream_url: connection.stream_url.clone(),
                 environment_id: Some(connection.environment_id.clone()),
                 connection: Some(connection),
                 profile,
-            }
+            };
+            (canon, None)
         }
         Ok(Resolution::Unconfigured) => {
             tracing::info!("no Canon credentials configured (CANON_API_KEY or CANON_AGENT)");
-            Canon::default()
+            (Canon::default(), None)
         }
         Err(error) => {
             tracing::error!(%error, "Canon credentials do not resolve; the Canon platform stays unconfigured");
-            Canon::default()
+            (Canon::default(), Some(error.to_string()))
         }
     }
 }
@@ -178,10 +197,20 @@ fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> Canon {
 /// (runtime-control.md §6.4, §6.5; default 300 s, 5..1,800 s). Each is read from the process
 /// environment, else `<HERMES_HOME>/.env`.
 fn config_from_env() -> Config {
-    let env = DaemonEnv::load();
+    config_in(&DaemonEnv::load()).0
+}
+
+/// The daemon configuration [`config_from_env`] reads, with `<hermes_home>/.env` as the file
+/// (`send`, whose Hermes home is the profile `--profile` or the `hermes` CLI's rules pick), and
+/// the text of a credential resolution error, if any (the configuration is then unconfigured).
+pub(crate) fn config_in_home(hermes_home: &Path) -> (Config, Option<String>) {
+    config_in(&DaemonEnv::in_home(Some(hermes_home)))
+}
+
+fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
     let paths = CanonPaths::from_env(&env.lookup, env.home_dir.as_deref());
-    let canon = resolve_canon(&env, paths.as_ref());
-    Config {
+    let (canon, error) = resolve_canon(env, paths.as_ref());
+    let config = Config {
         base_url: canon.base_url,
         stream_url: canon.stream_url,
         api_key: canon.api_key.unwrap_or_else(|| ApiKey::new("")),
@@ -200,22 +229,23 @@ fn config_from_env() -> Config {
         // a new `install`, a hand-edited module) is refused as stale at `hello`.
         manifest_sha256: Some(crate::shim::shim_sha256()),
         durable_backoff: None,
-        parent_pid: parent_pid(&env),
-        signal_poll: interval_ms(&env, "CANON_HERMES_SIGNAL_POLL_MS", config::SIGNAL_POLL),
+        parent_pid: parent_pid(env),
+        signal_poll: interval_ms(env, "CANON_HERMES_SIGNAL_POLL_MS", config::SIGNAL_POLL),
         status_interval: interval_ms(
-            &env,
+            env,
             "CANON_HERMES_STATUS_INTERVAL_MS",
             config::STATUS_INTERVAL,
         ),
         clarify_timeout: hitl::timeout_from_env(env.get("HERMES_CLARIFY_TIMEOUT").as_deref()),
         approval_timeout: hitl::timeout_from_env(env.get("HERMES_APPROVAL_TIMEOUT").as_deref()),
-        hitl_poll: interval_ms(&env, "CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
-    }
+        hitl_poll: interval_ms(env, "CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
+    };
+    (config, error)
 }
 
 /// Installs the stderr subscriber (`RUST_LOG`, default `info`): plain `LEVEL target: message`
 /// lines without colours or timestamps, which the shim parses (hermes-host.md §19.3).
-fn install_logging() {
+pub(crate) fn install_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()

@@ -15,7 +15,7 @@ use canon_wire::types::{AgentMe, Conversation};
 /// its project; a non-packaged environment's project is the one the API
 /// names, and its RTDB URL must then belong to it (cli.md §5.2 rule 5). The
 /// error is a safe text.
-pub(super) async fn verify_environment(
+pub(crate) async fn verify_environment(
     client: &CanonClient,
     config: &Config,
 ) -> Result<(), String> {

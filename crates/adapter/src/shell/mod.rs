@@ -14,13 +14,13 @@ use canon_host::turn::{Effect, OpId};
 use canon_transport::media::{MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamItem};
-use canon_transport::{CanonClient, ClientConfig, EventStream, TransportError};
+use canon_transport::{CanonClient, EventStream, TransportError};
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
-use crate::canon::{deliver, failure, run_jobs, DeliveryResult, Job};
+use crate::canon::{client_for, deliver, failure, run_jobs, DeliveryResult, Job};
 use crate::config::{
     CHANNEL_FRAMES, EXIT_GRACE, HANDOFF_DIR, MEDIA_CONCURRENCY, PARENT_CHECK, SIGNAL_FRAMES,
 };
@@ -37,6 +37,8 @@ mod connection;
 mod hitl_tasks;
 mod media_tasks;
 mod probe;
+
+pub(crate) use connection::verify_environment;
 
 /// Runs the daemon until `input` reaches EOF or the process
 /// [`Config::parent_pid`] is gone; returns the process exit code (0,
@@ -293,15 +295,7 @@ impl Driver {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let mut config = ClientConfig::new(
-            self.config.base_url.clone(),
-            self.config.stream_url.clone(),
-            self.config.api_key.clone(),
-        );
-        if let Some(backoff) = self.config.durable_backoff {
-            config.durable_backoff = backoff;
-        }
-        let client = CanonClient::new(config)?;
+        let client = client_for(&self.config)?;
         self.client = Some(client.clone());
         Ok(client)
     }

@@ -12,6 +12,7 @@ mod hermes_startup;
 mod hermes_support;
 mod hermes_turns;
 mod install;
+mod send;
 mod serve_config;
 mod serve_connect;
 mod serve_handshake;
