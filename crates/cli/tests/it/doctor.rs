@@ -17,7 +17,7 @@ use canon_sim::{Sim, SimHandle};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
-use super::gateway_support::{hermes_bin, hermes_python, install_shim};
+use super::gateway_support::{fake_venv, hermes_bin, hermes_python, install_shim};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const READY: &str = "Canon Hermes plugin looks ready.";
@@ -265,34 +265,6 @@ fn assert_doctor(out: &Output, expected: &[String]) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(code));
-}
-
-/// A venv made from the Hermes venv's Python, without Hermes, plus `site_files` in its
-/// site-packages; `see_hermes` adds a `.pth` that puts the real venv's site-packages behind its
-/// own (the same fake hosts as `install.rs`).
-fn fake_venv(root: &Path, see_hermes: bool, site_files: &[(&str, &str)]) -> PathBuf {
-    let venv = root.join("fake-venv");
-    let made = Command::new(hermes_python())
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&venv)
-        .status()
-        .expect("python -m venv runs");
-    assert!(made.success());
-    let site = venv.join("lib/python3.11/site-packages");
-    if see_hermes {
-        let real = hermes_python()
-            .parent()
-            .and_then(Path::parent)
-            .expect("the venv")
-            .join("lib/python3.11/site-packages");
-        fs::write(site.join("zz-hermes.pth"), format!("{}\n", real.display())).expect("pth");
-    }
-    for (path, text) in site_files {
-        let path = site.join(path);
-        fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-        fs::write(path, text).expect("write");
-    }
-    venv.join("bin/python")
 }
 
 /// The command line of a fake venv: the `hermes` on PATH is the real venv's.

@@ -344,3 +344,31 @@ pub(crate) fn hermes_cli(hermes_home: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A venv made from the Hermes venv's Python, without Hermes, plus `site_files` (relative path
+/// → content) in its site-packages; `see_hermes` adds a `.pth` that puts the real venv's
+/// site-packages behind its own, so Hermes imports but the venv's own distributions win.
+pub(crate) fn fake_venv(root: &Path, see_hermes: bool, site_files: &[(&str, &str)]) -> PathBuf {
+    let venv = root.join("fake-venv");
+    let made = Command::new(hermes_python())
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .expect("python -m venv runs");
+    assert!(made.success());
+    let site = venv.join("lib/python3.11/site-packages");
+    if see_hermes {
+        let real = hermes_python()
+            .parent()
+            .and_then(Path::parent)
+            .expect("the venv")
+            .join("lib/python3.11/site-packages");
+        fs::write(site.join("zz-hermes.pth"), format!("{}\n", real.display())).expect("pth");
+    }
+    for (path, text) in site_files {
+        let path = site.join(path);
+        fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    }
+    venv.join("bin/python")
+}

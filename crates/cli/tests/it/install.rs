@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use super::gateway_support::{hermes_cli, hermes_python, install_shim, shim_source};
+use super::gateway_support::{fake_venv, hermes_cli, hermes_python, install_shim, shim_source};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -454,34 +454,6 @@ fn env_file_lines_are_kept_and_an_existing_access_rule_wins() {
     assert_ok(&out);
     assert!(lines(&out).contains(&"Canon access env already configured.".to_owned()));
     assert!(!s.hermes_home.join(".env").exists());
-}
-
-/// A venv made from the Hermes venv's Python, without Hermes, plus `site_files` (relative path
-/// → content) in its site-packages; `see_hermes` adds a `.pth` that puts the real venv's
-/// site-packages behind its own, so Hermes imports but the venv's own distributions win.
-fn fake_venv(root: &Path, see_hermes: bool, site_files: &[(&str, &str)]) -> PathBuf {
-    let venv = root.join("fake-venv");
-    let made = Command::new(hermes_python())
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&venv)
-        .status()
-        .expect("python -m venv runs");
-    assert!(made.success());
-    let site = venv.join("lib/python3.11/site-packages");
-    if see_hermes {
-        let real = hermes_python()
-            .parent()
-            .and_then(Path::parent)
-            .expect("the venv")
-            .join("lib/python3.11/site-packages");
-        fs::write(site.join("zz-hermes.pth"), format!("{}\n", real.display())).expect("pth");
-    }
-    for (path, text) in site_files {
-        let path = site.join(path);
-        fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-        fs::write(path, text).expect("write");
-    }
-    venv.join("bin/python")
 }
 
 fn assert_refused(s: &Scratch, out: &Output, message: &str, before: &BTreeMap<PathBuf, String>) {

@@ -6,7 +6,7 @@ use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
 use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
-use super::serve_support::journal;
+use super::serve_support::{assert_one_group, journal};
 use super::shim_support::{sim, Shim};
 
 /// A 10 KB cron report: 200 lines, 10,400 bytes, three parts.
@@ -59,47 +59,14 @@ async fn out_of_turn_send_is_one_durable_chunked_message_group() {
 
     let parts = stored_parts(&sim);
     assert_eq!(parts.len(), 3, "10 KB in 3,800-byte parts");
-    let texts: Vec<&str> = parts
-        .iter()
-        .map(|(_, m)| m["text"].as_str().unwrap_or_default())
-        .collect();
-    assert!(texts.iter().all(|t| t.len() <= 3_800));
-    assert_eq!(
-        texts.join("\n"),
-        text,
-        "the parts carry the whole text in order"
-    );
+    let base = assert_one_group(&parts, &text);
     let count = parts.len();
-    let base = parts[0].1["metadata"]["messageChunk"]["groupId"]
-        .as_str()
-        .expect("a group id")
-        .to_owned();
-    assert!(
-        base.len() == 45 && base.starts_with("hermes-final-"),
-        "{base}"
-    );
-    for (i, (client_id, message)) in parts.iter().enumerate() {
-        let index = i + 1;
+    for (i, (_, message)) in parts.iter().enumerate() {
         let metadata = &message["metadata"];
-        assert_eq!(
-            client_id.as_deref(),
-            Some(format!("{base}-part-{index}").as_str())
-        );
-        assert_eq!(
-            metadata["messageChunk"],
-            json!({"type": "text", "index": index, "count": count, "groupId": base}),
-            "{metadata}"
-        );
         assert_eq!(metadata["hermes"], json!({"job_id": "job-1"}));
-        assert!(metadata.get("turnId").is_none(), "no turn: {metadata}");
         assert!(metadata.get("turnTrail").is_none(), "{metadata}");
-        if index < count {
-            assert_eq!(metadata["turnSemantics"], "progress", "{metadata}");
-            assert_eq!(metadata["replyBehavior"], "suppress_auto_reply");
+        if i + 1 < count {
             assert!(metadata.get("turnComplete").is_none(), "{metadata}");
-        } else {
-            assert_eq!(metadata["turnSemantics"], "turn_complete", "{metadata}");
-            assert_eq!(metadata["turnComplete"], true);
         }
     }
     assert_eq!(sent["body"]["message_id"], parts[count - 1].1["id"]);

@@ -83,3 +83,46 @@ pub(crate) fn status_fault(method: &str, path: &str, status: u16) -> FaultRule {
         fired: 0,
     }
 }
+
+/// Checks that `parts` are exactly one standalone id group carrying `text` in order, and
+/// returns its base id.
+pub(crate) fn assert_one_group(parts: &[(Option<String>, Value)], text: &str) -> String {
+    let count = parts.len();
+    assert!(count > 1);
+    let texts: Vec<&str> = parts
+        .iter()
+        .map(|(_, m)| m["text"].as_str().unwrap_or_default())
+        .collect();
+    assert!(texts.iter().all(|t| t.len() <= 3_800), "{texts:?}");
+    assert_eq!(texts.join("\n"), text, "the parts carry the text in order");
+    let base = parts[0].1["metadata"]["messageChunk"]["groupId"]
+        .as_str()
+        .expect("a group id")
+        .to_owned();
+    assert!(
+        base.len() == 45 && base.starts_with("hermes-final-"),
+        "{base}"
+    );
+    for (i, (client_id, message)) in parts.iter().enumerate() {
+        let index = i + 1;
+        let metadata = &message["metadata"];
+        assert_eq!(
+            client_id.as_deref(),
+            Some(format!("{base}-part-{index}").as_str())
+        );
+        assert_eq!(
+            metadata["messageChunk"],
+            json!({"type": "text", "index": index, "count": count, "groupId": base}),
+            "{metadata}"
+        );
+        assert!(metadata.get("turnId").is_none(), "no turn: {metadata}");
+        if index < count {
+            assert_eq!(metadata["turnSemantics"], "progress", "{metadata}");
+            assert_eq!(metadata["replyBehavior"], "suppress_auto_reply");
+        } else {
+            assert_eq!(metadata["turnSemantics"], "turn_complete", "{metadata}");
+            assert_eq!(metadata["turnComplete"], true);
+        }
+    }
+    base
+}
