@@ -16,6 +16,10 @@
 //! - `send --to <conversation-id|home> [TEXT|-]` ([`send`]): the standalone sender for scripts
 //!   and cron outside Hermes (hermes-host.md §15): the daemon's standalone path, one id group of
 //!   byte-split parts, replayable with `--replay` after a failure.
+//! - `dev [--python PATH] [--model-url URL --model NAME] [--script FILE] [--keep]` ([`dev`]):
+//!   the embedded simulator and scripted model, a throwaway Hermes profile (a managed
+//!   hermes-agent venv when none is found), `install`, the gateway, and a terminal chat in which
+//!   the person typing is the Canon human; Ctrl-C stops everything it started.
 //! - `serve --stdio` (hidden): the daemon the Python shim spawns; JSON lines of hermes-host.md §19
 //!   on stdin/stdout, logs on stderr; exit 0 on stdin EOF.
 //!
@@ -23,6 +27,7 @@
 //! Must not depend on xtask; the library crates it links are those of ARCHITECTURE.md.
 
 mod card;
+mod dev;
 mod doctor;
 mod hermes;
 mod install;
@@ -81,6 +86,8 @@ enum Command {
     },
     /// Send a message to a Canon conversation from a script or cron job
     Send(send::SendArgs),
+    /// Chat with a Hermes agent through a local Canon: no account, no model key needed
+    Dev(dev::DevArgs),
     /// Run the daemon the Hermes shim spawns (JSON lines on stdin and stdout)
     #[command(hide = true)]
     Serve {
@@ -119,6 +126,7 @@ pub fn run() -> ExitCode {
             command: CardCommand::Validate { file },
         } => card::validate_command(file.as_deref()),
         Command::Send(args) => send::send_command(&args),
+        Command::Dev(args) => dev::dev_command(&args),
         Command::Serve { stdio: _ } => serve::serve_command(&["--stdio"]),
     };
     ExitCode::from(code)

@@ -51,6 +51,9 @@ pub struct Match {
     pub role: Option<String>,
     /// Substring of the last message's text content.
     pub contains: Option<String>,
+    /// Compare `contains` without regard to letter case (Unicode lower case of both sides), so a
+    /// script answers a person who types `Delete` as well as `delete`.
+    pub ignore_case: Option<bool>,
     /// The request is the session-title call.
     pub title_request: Option<bool>,
 }
@@ -190,10 +193,13 @@ impl Script {
         let title = is_title_request(request);
         self.rules.iter().find(|r| {
             r.matcher.role.as_ref().is_none_or(|x| x == role)
-                && r.matcher
-                    .contains
-                    .as_ref()
-                    .is_none_or(|c| text.contains(c.as_str()))
+                && r.matcher.contains.as_ref().is_none_or(|c| {
+                    if r.matcher.ignore_case == Some(true) {
+                        text.to_lowercase().contains(&c.to_lowercase())
+                    } else {
+                        text.contains(c.as_str())
+                    }
+                })
                 && r.matcher.title_request.is_none_or(|t| t == title)
         })
     }
@@ -526,6 +532,26 @@ mod tests {
             bare.plan(&json!({"messages":[{"role":"user","content":"x"}]}), 1),
             Planned::Tool("c1".into(), "todo".into(), "{}".into())
         );
+    }
+
+    #[test]
+    fn ignore_case_matches_any_letter_case_and_only_when_asked() {
+        let script = Script::parse(
+            r#"{"rules":[{"match":{"contains":"delete","ignoreCase":true},"reply":{"text":"a"}},
+                         {"match":{"contains":"tool"},"reply":{"text":"b"}},
+                         {"match":{},"reply":{"text":"c"}}]}"#,
+        )
+        .unwrap();
+        let answer = |text: &str| match script
+            .plan(&json!({"messages":[{"role":"user","content":text}]}), 1)
+        {
+            Planned::Text(d) => d.concat(),
+            other => panic!("expected text, got {other:?}"),
+        };
+        assert_eq!(answer("please DELETE it"), "a");
+        assert_eq!(answer("Delete"), "a");
+        assert_eq!(answer("run a tool"), "b");
+        assert_eq!(answer("run a TOOL"), "c");
     }
 
     #[test]
