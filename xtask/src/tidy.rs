@@ -17,7 +17,12 @@ mod tests {
         ("canon-wire", &[]),
         (
             "canon-host",
-            &["canon-wire", "canon-chunking", "canon-dispatch"],
+            &[
+                "canon-wire",
+                "canon-chunking",
+                "canon-dispatch",
+                "canon-cards",
+            ],
         ),
         ("canon-cards", &[]),
         ("canon-chunking", &[]),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use canon_host::hitl::table::HitlOutcome;
 use canon_host::protocol::InboundMessage;
+use canon_host::tools::{AfterCreate, ToolInteraction};
 use canon_host::turn::RequestId;
 use canon_transport::client::{PollErrors, PollOutcome};
 use canon_transport::{CanonClient, TransportError};
@@ -77,6 +78,7 @@ pub(crate) async fn run_hitl(
     re: &'static str,
     request: InteractionRequest,
     consume: ConsumeInteraction,
+    tool: Option<Box<ToolInteraction>>,
     timeout: Duration,
     poll: Duration,
     mut cancel: oneshot::Receiver<()>,
@@ -95,21 +97,40 @@ pub(crate) async fn run_hitl(
             false,
         )),
     };
-    let created = result.is_ok();
+    // A tool's interaction polls only when its action waits for the human, under the id Canon
+    // returned (the same pure decision the session makes on this report); Hermes' blocking
+    // flows always poll.
+    let consume = match (&tool, &result) {
+        (_, Err(_)) => None,
+        (None, Ok(_)) => Some(consume),
+        (Some(tool), Ok(created)) => match tool.after_create(Ok(created)) {
+            AfterCreate::Wait(consume) => Some(consume),
+            AfterCreate::Answer(_) => None,
+        },
+    };
+    let errors = if tool.is_some() {
+        PollErrors::RetryableAsPending
+    } else {
+        PollErrors::AsPending
+    };
     let report = HitlEvent::Created {
         key,
         shim_id,
         re,
         result,
     };
-    if tx.send(report).await.is_err() || !created {
+    if tx.send(report).await.is_err() {
         return;
     }
+    let Some(consume) = consume else {
+        return;
+    };
     let outcome = tokio::select! {
-        polled = client.poll_interaction(&consume, deadline, poll, PollErrors::AsPending) => {
+        polled = client.poll_interaction(&consume, deadline, poll, errors) => {
             match polled {
                 Ok(PollOutcome::Answered(result)) => HitlOutcome::Answered(result),
-                _ => HitlOutcome::TimedOut,
+                Ok(PollOutcome::TimedOut) => HitlOutcome::TimedOut,
+                Err(error) => HitlOutcome::Failed(error.to_string()),
             }
         }
         _ = &mut cancel => {

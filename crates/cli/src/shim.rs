@@ -20,7 +20,7 @@ pub(crate) const PLATFORM_NAME: &str = canon_host::protocol::PLATFORM;
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The package's modules, by file name in byte order (the order of [`shim_sha256`]).
-pub(crate) const PACKAGE: [(&str, &[u8]); 5] = [
+pub(crate) const PACKAGE: [(&str, &[u8]); 6] = [
     (
         "__init__.py",
         include_bytes!("../assets/hermes/plugin/canon-hermes/__init__.py"),
@@ -40,6 +40,10 @@ pub(crate) const PACKAGE: [(&str, &[u8]); 5] = [
     (
         "_daemon.py",
         include_bytes!("../assets/hermes/plugin/canon-hermes/_daemon.py"),
+    ),
+    (
+        "_tools.py",
+        include_bytes!("../assets/hermes/plugin/canon-hermes/_tools.py"),
     ),
 ];
 
@@ -184,8 +188,8 @@ fn quoted(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_else(|_| String::from("\"\""))
 }
 
-/// `plugin.yaml` (cli.md §3.3). `provides_tools` lists the tools the shim really registers, none
-/// today (the spec's `canon_runtime_control` and `canon_communicate` come with the tools).
+/// `plugin.yaml` (cli.md §3.3). `provides_tools` lists the tools the shim really registers: the
+/// manifest's (`canon_communicate` of runtime-control.md §5 joins when it exists).
 pub(crate) fn plugin_yaml() -> String {
     let mut out =
         String::from("# Written by canon-hermes install; the next install rewrites it.\n");
@@ -196,7 +200,14 @@ pub(crate) fn plugin_yaml() -> String {
     out.push_str(
         "description: Canon platform for Hermes; forwards every gateway call to the canon-hermes daemon.\n",
     );
-    out.push_str("author: Canon\nrequires_env: []\nprovides_tools: []\n");
+    out.push_str("author: Canon\nrequires_env: []\n");
+    let tools: Vec<String> = canon_host::tools::manifest_tools()
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|tool| tool["name"].as_str().map(str::to_owned))
+        .collect();
+    out.push_str(&format!("provides_tools: [{}]\n", tools.join(", ")));
     out.push_str(&format!("provides_hooks: [{}]\n", HOOKS.join(", ")));
     out.push_str("optional_env:\n");
     for (name, description, prompt, password) in OPTIONAL_ENV {
@@ -267,7 +278,8 @@ pub(crate) fn manifest(binary: &Path) -> String {
             "requires_edit_finalize": true,
             "authorization_is_upstream": true,
         },
-        "tools": [],
+        "tools": canon_host::tools::manifest_tools(),
+        "toolset_aliases": {canon_host::tools::TOOLSET_ALIAS: canon_host::tools::TOOLSET},
         "hooks": HOOKS,
         "skills": [{
             "name": "rich-cards",

@@ -15,6 +15,10 @@
 //! * [`hitl`]: the rules of Hermes' blocking clarify and exec-approval
 //!   calls as Canon runtime interactions (timeouts, choices, request shapes,
 //!   answer texts).
+//! * [`tools`]: the model-facing Canon tools (runtime-control.md §2–§4): the
+//!   schemas the manifest lists, argument checks against them, and
+//!   `canon_runtime_control` as decisions (what Canon is asked, the exact
+//!   result strings); the session runs its interactions like a clarify.
 //!
 //! # Invariants
 //!
@@ -25,8 +29,8 @@
 //! * Never panics on outside input (host frames, Canon results).
 //! * Secrets (reply-authority tokens, API keys, approval reasons) never
 //!   appear in `Debug` output or logs.
-//! * Depends on `canon-wire`, `canon-chunking` and `canon-dispatch` among
-//!   our crates (ARCHITECTURE.md).
+//! * Depends on `canon-wire`, `canon-chunking`, `canon-dispatch` and
+//!   `canon-cards` among our crates (ARCHITECTURE.md).
 
 pub mod answers;
 pub mod connect;
@@ -38,4 +42,5 @@ pub mod media;
 pub mod protocol;
 pub mod requests;
 pub mod session;
+pub mod tools;
 pub mod turn;

@@ -265,6 +265,8 @@ pub struct Session {
     config: SessionConfig,
     /// Sends waiting for their uploads.
     uploads: handle::Uploads,
+    /// Tool calls whose Canon interaction is open.
+    tool_waits: tools::ToolWaits,
 }
 
 /// What a finished conversation re-fetch means.
@@ -302,6 +304,7 @@ impl Default for Session {
             refetch_generation: 0,
             config: SessionConfig::default(),
             uploads: handle::Uploads::default(),
+            tool_waits: tools::ToolWaits::default(),
         }
     }
 }
@@ -570,9 +573,9 @@ impl Session {
             ShimRequest::TurnComplete(complete) => {
                 let request = self.register(id, re);
                 let conversation_id = self.complete(&complete.session_key, &complete.event_ref);
-                let mut effects = vec![SessionEffect::CancelHitl(
-                    self.hitl.cancel_session(Some(&complete.session_key)),
-                )];
+                let mut cancelled = self.hitl.cancel_session(Some(&complete.session_key));
+                cancelled.extend(self.cancel_tool_waits(Some(&complete.session_key)));
+                let mut effects = vec![SessionEffect::CancelHitl(cancelled)];
                 effects.extend(self.feed(
                     Input::ProcessingComplete {
                         request,
@@ -585,20 +588,7 @@ impl Session {
                 ));
                 effects
             }
-            ShimRequest::ToolCall(call) => {
-                if requests::is_no_reply(&call) {
-                    let request = self.register(id, re);
-                    self.feed(Input::NoReply(requests::no_reply(&call, request)), now_ms)
-                } else {
-                    tracing::warn!(kind = re, "answered an unsupported request");
-                    vec![error_frame(
-                        &id,
-                        re,
-                        ErrorCode::Internal,
-                        format!("{re} {UNSUPPORTED_SUFFIX}"),
-                    )]
-                }
-            }
+            ShimRequest::ToolCall(call) => self.tool_call(id, re, call, facts.home_channel, now_ms),
             ShimRequest::StandaloneSend(send)
                 if send.media_files.is_empty() || !self.standalone_has_target(&send, facts) =>
             {
@@ -891,6 +881,7 @@ pub mod handle;
 pub mod interactions;
 #[cfg(test)]
 mod tests;
+pub mod tools;
 
 /// The configured turn verbosity (turns.md §6.1): the environment value, then the platform
 /// extras `turn_verbosity`, `canon_turn_verbosity` and `CANON_TURN_VERBOSITY`, first non-empty

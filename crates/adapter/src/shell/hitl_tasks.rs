@@ -26,6 +26,7 @@ impl Driver {
             request,
             consume,
             timeout,
+            tool,
         } = start;
         let Some(client) = self.client.clone() else {
             tracing::error!("blocking interaction without a Canon client");
@@ -53,6 +54,7 @@ impl Driver {
             re,
             request,
             consume,
+            tool,
             timeout,
             self.config
                 .hitl_poll

@@ -210,3 +210,42 @@ pub(crate) fn state_sequence(history: &[Value]) -> Vec<String> {
     }
     out
 }
+
+/// A simulator configuration whose clock follows the system time: the daemon computes
+/// runtime-interaction deadlines from the real clock (runtime-control.md §6.4, §6.5).
+pub(crate) fn live_clock_config() -> SimConfig {
+    let mut config = SimConfig::for_tests();
+    config.frozen_clock_ms = None;
+    config
+}
+
+impl Scenario {
+    /// Waits for the agent's first runtime interaction of `kind` and returns it.
+    pub(crate) async fn wait_interaction(&self, kind: &str) -> canon_sim::state::Interaction {
+        let wanted = kind.to_owned();
+        self.wait(&format!("a {kind} interaction"), move |s| {
+            s.interactions.values().any(|i| i.kind == wanted)
+        })
+        .await;
+        self.sim.read_state(|s| {
+            s.interactions
+                .values()
+                .find(|i| i.kind == kind)
+                .cloned()
+                .expect("present")
+        })
+    }
+
+    /// The content of the tool message answering `call_id` in the model's requests.
+    pub(crate) fn tool_message(&self, call_id: &str) -> String {
+        self.model
+            .requests()
+            .iter()
+            .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+            .and_then(|m| m["content"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| {
+                self.fail(&format!("no tool result for {call_id} reached the model"))
+            })
+    }
+}

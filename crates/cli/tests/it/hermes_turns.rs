@@ -266,11 +266,11 @@ async fn real_gateway_tool_turn_publishes_tool_state_and_a_trail() {
     assert_eq!(trail[2]["text"], answer.as_str());
 }
 
-const GROUP: &str = "c-group";
+pub(crate) const GROUP: &str = "c-group";
 
 /// A group of the owner, the agent and a second human, where the agent answers only when
 /// mentioned (turns.md §9.5 `requireMentionForGroupReplies`).
-fn create_group(sim: &SimHandle) {
+pub(crate) fn create_group(sim: &SimHandle) {
     sim.create_principal(PrincipalSpec {
         id: Some("h-guest".into()),
         kind: "human".into(),

@@ -213,6 +213,7 @@ fn first_install_writes_the_shim_and_enables_canon() {
             "_busy.py file 644",
             "_constants.py file 644",
             "_daemon.py file 644",
+            "_tools.py file 644",
             "manifest.json file 644",
             "plugin.yaml file 644",
             "skills dir 755",
@@ -252,7 +253,16 @@ fn first_install_writes_the_shim_and_enables_canon() {
         serde_json::json!({"hermes_agent": "0.19.0", "python": "3.11"})
     );
     assert_eq!(manifest["platform"]["name"], "canon");
-    assert_eq!(manifest["tools"], serde_json::json!([]));
+    assert_eq!(manifest["tools"][0]["name"], "canon_runtime_control");
+    assert_eq!(manifest["tools"][0]["toolset"], "canon");
+    assert_eq!(
+        manifest["tools"][0]["schema"]["parameters"]["required"],
+        serde_json::json!(["action"])
+    );
+    assert_eq!(
+        manifest["toolset_aliases"],
+        serde_json::json!({"canon_runtime": "canon"})
+    );
 
     // What Hermes reads back (cli.md §10 oracle), and what it makes of plugin.yaml; the shim's
     // own hash of its installed files is the manifest's.
@@ -273,7 +283,7 @@ fn first_install_writes_the_shim_and_enables_canon() {
         said.lines().collect::<Vec<_>>(),
         [
             r#"[["canon-hermes"], true, "true"]"#,
-            &format!("canon-hermes platform {VERSION} [] 15"),
+            &format!("canon-hermes platform {VERSION} ['canon_runtime_control'] 15"),
             r#"{"name": "CANON_ALLOW_ALL_USERS", "description": "Allow any Canon user to talk to Hermes", "prompt": "Allow all users? (true/false)", "password": false}"#,
         ]
     );

@@ -11,6 +11,7 @@ mod hermes_hitl;
 mod hermes_media;
 mod hermes_startup;
 mod hermes_support;
+mod hermes_tools;
 mod hermes_turns;
 mod install;
 mod send;

@@ -70,7 +70,8 @@ fn seconds(value: &Value) -> Duration {
 }
 
 /// Request types the shim sends without a timeout of its own: `turn.accepted` goes out at the
-/// runner's dequeue and is never waited for; this shim registers no tools, so no `tool.call`.
+/// runner's dequeue and is never waited for; `tool.call` waits as long as the manifest's entry
+/// for the tool says (`timeout_s`, from `canon_host::tools::manifest_tools`).
 const UNTIMED: [&str; 2] = ["turn.accepted", "tool.call"];
 
 #[test]

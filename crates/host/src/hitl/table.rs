@@ -89,6 +89,9 @@ pub enum HitlOutcome {
     TimedOut,
     /// The session cancelled it.
     Cancelled,
+    /// A poll failed for good (a tool's wait, whose errors abort it; runtime-control.md §4.12
+    /// and its open question 5): the safe error text.
+    Failed(String),
 }
 
 /// What the shell does once a wait ended.
@@ -195,7 +198,7 @@ impl HitlTable {
         let result = match outcome {
             HitlOutcome::Cancelled => return None,
             HitlOutcome::Answered(result) => Some(result),
-            HitlOutcome::TimedOut => None,
+            HitlOutcome::TimedOut | HitlOutcome::Failed(_) => None,
         };
         let status = result.as_ref().map_or("deadline", |r| r.status.as_str());
         let request = match &entry.kind {

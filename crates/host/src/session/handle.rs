@@ -279,6 +279,12 @@ impl Session {
                 re,
                 result,
             } => {
+                if self.tool_waits.owns(key) {
+                    if let Err((error, _)) = &result {
+                        tracing::warn!(kind = re, %error, "Canon interaction request failed");
+                    }
+                    return self.tool_created(key, result, now_ms);
+                }
                 let mut effects = Vec::new();
                 if let Err((error, _)) = &result {
                     tracing::warn!(kind = re, %error, "Canon interaction request failed");
@@ -298,6 +304,9 @@ impl Session {
                 }
                 effects.push(send_result_frame(&shim_id, re, created.reply));
                 effects
+            }
+            SessionInput::HitlFinished { key, outcome } if self.tool_waits.owns(key) => {
+                self.tool_finished(key, outcome, now_ms)
             }
             SessionInput::HitlFinished { key, outcome } => {
                 let mut effects = vec![SessionEffect::ForgetHitl(key)];
@@ -640,7 +649,11 @@ impl Session {
         self.stop_refetch();
         vec![
             SessionEffect::StopConnection,
-            SessionEffect::CancelHitl(self.hitl.cancel_session(None)),
+            SessionEffect::CancelHitl({
+                let mut keys = self.hitl.cancel_session(None);
+                keys.extend(self.cancel_tool_waits(None));
+                keys
+            }),
         ]
     }
 

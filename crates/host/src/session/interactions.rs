@@ -11,6 +11,7 @@ use super::Session;
 use crate::hitl::table::{responder, HitlEntry, HitlKind};
 use crate::hitl::{self, ApprovalAsk, ClarifyAsk};
 use crate::protocol::{AdapterSendClarify, AdapterSendExecApproval};
+use crate::tools::ToolInteraction;
 
 /// A blocking interaction for the shell to create on Canon and then poll.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +26,11 @@ pub struct HitlStart {
     pub consume: ConsumeInteraction,
     /// How long Canon waits for the human.
     pub timeout: Duration,
+    /// For a tool's interaction: what follows the create call
+    /// ([`ToolInteraction::after_create`] decides whether to poll, and under which id) and that
+    /// a failed poll ends the wait instead of counting as pending. `None` for Hermes' blocking
+    /// clarify and approval, which always poll and retry every error.
+    pub tool: Option<Box<ToolInteraction>>,
 }
 
 impl Session {
@@ -67,6 +73,7 @@ impl Session {
             request: InteractionRequest::Input(request),
             consume,
             timeout,
+            tool: None,
         })
     }
 
@@ -117,6 +124,7 @@ impl Session {
             request: InteractionRequest::Approval(request),
             consume,
             timeout,
+            tool: None,
         })
     }
 }

@@ -405,14 +405,20 @@ fn requests_that_need_io_become_io_effects() {
 }
 
 #[test]
-fn an_unknown_tool_is_answered_unsupported() {
+fn a_tool_call_with_bad_arguments_is_answered_with_the_tool_error() {
     let mut daemon = Daemon::connected();
     let answer = daemon.request(
         "s:1",
         "tool.call",
         json!({"name": "canon_runtime_control", "args": {"action": "send_card"}, "ctx": {}}),
     );
-    assert_eq!(answer, ["answer s:1 tool.call error internal"]);
+    assert_eq!(answer, ["answer s:1 tool.call ok"]);
+    let unknown = daemon.request(
+        "s:2",
+        "tool.call",
+        json!({"name": "canon_other", "args": {}, "ctx": {}}),
+    );
+    assert_eq!(unknown, ["answer s:2 tool.call ok"]);
 }
 
 #[test]

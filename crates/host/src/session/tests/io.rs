@@ -446,6 +446,98 @@ fn a_clarify_waits_for_its_human_then_resolves_hermes() {
     assert_eq!(closing[0], "cancel hitl [2]");
 }
 
+/// `tool_request_input_waits_for_the_human` in `serve_tools.rs`: a tool's input is created on
+/// Canon, the turn waits, and the call is answered with the human's answer.
+#[test]
+fn a_tool_input_waits_for_its_human_and_answers_the_call() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let event = daemon.message("c1", "m1", "ask me").expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    let started = daemon.request(
+        "s:2",
+        "tool.call",
+        json!({"name": "canon_runtime_control",
+               "args": {"action": "request_input", "inputId": "q1", "prompt": "Colour?"},
+               "ctx": ctx("c1")}),
+    );
+    let key = (1u64 << 62) + 1;
+    assert_eq!(started, [format!("start hitl {key} s:2 tool.call c1")]);
+    let created = daemon.handle(SessionInput::HitlCreated {
+        key,
+        shim_id: "s:2".into(),
+        re: "tool.call",
+        result: Ok(InteractionCreated::from_object(object(
+            json!({"messageId": "m-q"}),
+        ))),
+    });
+    assert_eq!(only(&created, "turn "), ["turn waiting_input c1"]);
+    assert!(only(&created, "answer ").is_empty(), "{created:?}");
+    let finished = daemon.handle_effects(SessionInput::HitlFinished {
+        key,
+        outcome: HitlOutcome::Answered(InteractionResult::from_object(object(
+            json!({"status": "submitted", "value": "blue", "respondedBy": "u1"}),
+        ))),
+    });
+    let lines: Vec<String> = finished.iter().map(describe).collect();
+    assert_eq!(lines[0], format!("forget hitl {key}"));
+    assert_eq!(only(&lines, "turn "), ["turn tool c1"]);
+    let answer = match finished.last() {
+        Some(SessionEffect::Frame(line)) => serde_json::from_str::<Value>(line).unwrap(),
+        other => panic!("the tool.call answer last: {other:?}"),
+    };
+    assert_eq!(answer["re"], "tool.call");
+    let result: Value = serde_json::from_str(answer["body"]["result"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        result,
+        json!({"success": true, "status": "submitted", "value": "blue", "respondedBy": "u1",
+               "conversationId": "c1"})
+    );
+}
+
+/// `tool_send_card_is_displayed` in `serve_tools.rs`: a displayed card answers the call when
+/// Canon answers the create call, and nothing waits.
+#[test]
+fn a_sent_card_answers_the_call_once_created() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let card = json!({"schema": "canon.card.v1", "title": "Hi", "fallbackText": "Hi",
+                      "blocks": [{"kind": "summary", "title": "Hello", "text": "World"}]});
+    let started = daemon.request(
+        "s:2",
+        "tool.call",
+        json!({"name": "canon_runtime_control", "args": {"action": "send_card", "card": card},
+               "ctx": ctx("c1")}),
+    );
+    let key = (1u64 << 62) + 1;
+    assert_eq!(started, [format!("start hitl {key} s:2 tool.call c1")]);
+    let created = daemon.handle_effects(SessionInput::HitlCreated {
+        key,
+        shim_id: "s:2".into(),
+        re: "tool.call",
+        result: Ok(InteractionCreated::from_object(object(
+            json!({"cardId": "card-1", "messageId": "m-c"}),
+        ))),
+    });
+    let lines: Vec<String> = created.iter().map(describe).collect();
+    assert_eq!(lines[0], format!("forget hitl {key}"));
+    let answer = frame_body(&created);
+    let result: Value = serde_json::from_str(answer["body"]["result"].as_str().unwrap()).unwrap();
+    assert_eq!(result["status"], "displayed");
+    assert_eq!(result["cardId"], "card-1");
+    // Not connected: the call fails without a Canon call.
+    let mut offline = Daemon::connected();
+    let refused = offline.request(
+        "s:3",
+        "tool.call",
+        json!({"name": "canon_runtime_control", "args": {"action": "send_card",
+               "card": {"schema": "canon.card.v1", "title": "Hi", "fallbackText": "Hi",
+                        "blocks": [{"kind": "summary", "title": "Hello", "text": "World"}]}},
+               "ctx": ctx("c1")}),
+    );
+    assert_eq!(refused, ["answer s:3 tool.call ok"]);
+}
+
 /// A failed create call forgets its task and answers the failure; the
 /// turn never waits.
 #[test]

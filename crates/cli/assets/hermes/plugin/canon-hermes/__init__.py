@@ -6,7 +6,7 @@ what needs Hermes objects or this process. This module is what Hermes imports: `
 host-version gate, the hooks, the skill, the platform entry), the tool hooks, the cheap
 requirements check and the out-of-process `standalone_send`. The rest is in `_daemon.py` (the child process and its
 supervision), `_adapter.py` (the adapter class, imported only inside Hermes), `_busy.py` (the
-busy-input seam) and `_constants.py` (what the shim shares with the Rust side). Standard library
+busy-input seam), `_tools.py` (the model-facing Canon tools) and `_constants.py` (what the shim shares with the Rust side). Standard library
 only.
 """
 
@@ -16,6 +16,7 @@ import os
 from ._constants import (AUDITED_HERMES, AUDITED_PYTHON, MAX_MESSAGE_LENGTH, PLATFORM, STANDALONE_ERROR_PREFIX,
                          STANDALONE_FAILED, TIMEOUTS)
 from ._daemon import HERE, MANIFEST, SUPERVISOR, call, hermes_version, python_version, turn_ctx
+from ._tools import register_tools
 
 HOOK_TEXT_LIMIT = 16384  # code points of a hook's `args` or `result` string sent to the daemon
 PLATFORM_DEFAULTS = {"allowed_users_env": "CANON_ALLOWED_USERS", "allow_all_env": "CANON_ALLOW_ALL_USERS",
@@ -123,6 +124,7 @@ def register(ctx):
     for kind in ("pre_tool_call", "post_tool_call", "subagent_stop"):
         ctx.register_hook(kind, _hook(kind))
     _register_skills(ctx)
+    register_tools(ctx, check_requirements)
     ctx.register_platform(
         name=PLATFORM, label=platform.get("label", "Canon"), adapter_factory=lambda cfg: adapter_class(cfg),
         check_fn=check_requirements, standalone_sender_fn=standalone_send, **entry)

@@ -32,7 +32,7 @@ STREAMING_OVERFLOW_LIMIT = 60800  # canon_chunking::limits::STREAMED_ANSWER_MAX_
 
 # How long the shim waits for the answer to each request it sends, in seconds:
 # canon_host::protocol::SHIM_TIMEOUTS (hermes-host.md §19.6). `turn.accepted` is sent without
-# waiting, and this shim sends no `tool.call`.
+# waiting; `tool.call` waits as long as the tool's manifest entry says (`timeout_s`).
 TIMEOUTS = {
     "hello": 10, "probe": 5, "adapter.connect": 28, "adapter.disconnect": 10,
     "adapter.send": 120, "adapter.edit": 120, "adapter.send_media": 300,

@@ -1,0 +1,298 @@
+//! `canon_runtime_control` end to end (scenario in `hermes_support.rs`): a real Hermes gateway
+//! loads the installed shim, which registers the tool from the manifest; the scripted model
+//! calls it; the daemon validates, asks Canon and answers the model.
+//!
+//! | scenario | spec |
+//! |---|---|
+//! | send_card shows a card; an invalid card is refused before any Canon call | runtime-control.md §4.6 |
+//! | request_input asks the triggering human; the answer reaches the model | runtime-control.md §4.7, §6.6 |
+//! | request_card answered by someone else fails closed; an unanswered one times out | runtime-control.md §4.6 steps 10–11 |
+//! | no_reply in a group posts nothing, even the text after it | runtime-control.md §4.10 |
+
+use std::time::Duration;
+
+use canon_sim::control::Injection;
+use canon_sim::{DEFAULT_CONVERSATION, DEFAULT_OWNER};
+use serde_json::{json, Value};
+
+use super::gateway_support::GatewayOptions;
+use super::hermes_support::{live_clock_config, Scenario};
+use super::hermes_turns::{create_group, GROUP};
+
+/// A card with one summary block, and with an actions block when `actions`.
+fn card(actions: bool) -> Value {
+    let mut blocks = vec![json!({"kind": "summary", "title": "Deploy 1.2", "text": "Ready"})];
+    if actions {
+        blocks.push(json!({"kind": "actions",
+                           "actions": [{"id": "ship", "label": "Ship"}, {"id": "hold", "label": "Hold"}]}));
+    }
+    json!({"schema": "canon.card.v1", "title": "Deploy", "fallbackText": "Deploy 1.2", "blocks": blocks})
+}
+
+/// The model calls the tool with `args` when the human's text contains `keyword`, then echoes
+/// the tool's result.
+fn tool_rule(keyword: &str, id: &str, args: Value) -> Value {
+    json!({"match": {"role": "user", "contains": keyword},
+           "reply": {"toolCall": {"name": "canon_runtime_control", "arguments": args, "id": id}}})
+}
+
+fn echo_rule() -> Value {
+    json!({"match": {"role": "tool"}, "reply": {"echoToolResult": true, "prefix": "Tool said: "}})
+}
+
+/// The tool result the model got for `call_id`, parsed.
+fn result_of(sc: &Scenario, call_id: &str) -> Value {
+    let text = sc.tool_message(call_id);
+    serde_json::from_str(&text).unwrap_or_else(|_| sc.fail(&format!("not JSON: {text}")))
+}
+
+/// How many runtime interactions the daemon asked Canon to create.
+fn interaction_requests(sc: &Scenario) -> usize {
+    sc.sim
+        .journal(0, Some("/runtime-interaction/request"))
+        .into_iter()
+        .filter(|e| e.method == "POST")
+        .count()
+}
+
+async fn started(rules: Value) -> Scenario {
+    let mut all = vec![echo_rule()];
+    all.extend(rules.as_array().cloned().unwrap_or_default());
+    all.push(json!({"match": {}, "reply": {"text": "unexpected"}}));
+    Scenario::start_full(
+        live_clock_config(),
+        Value::from(all),
+        GatewayOptions::default(),
+        |_| {},
+        |_| {},
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_send_card_shows_a_card_and_refuses_an_invalid_one_before_canon() {
+    let sc = started(json!([
+        tool_rule(
+            "SHOW",
+            "call_show",
+            json!({"action": "send_card", "card": card(false)})
+        ),
+        tool_rule(
+            "BROKEN",
+            "call_broken",
+            json!({"action": "send_card", "card": {"schema": "canon.card.v1", "title": "x"}})
+        ),
+    ]))
+    .await;
+    sc.inject(Injection {
+        text: Some("SHOW the deploy".into()),
+        ..Injection::default()
+    });
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    let shown = result_of(&sc, "call_show");
+    assert_eq!(shown["success"], true, "{shown}");
+    assert_eq!(shown["status"], "displayed", "{shown}");
+    assert_eq!(shown["conversationId"], DEFAULT_CONVERSATION);
+    let card_id = shown["cardId"].as_str().expect("a card id").to_owned();
+    let stored = sc.sim.read_state(|s| {
+        s.interactions
+            .values()
+            .find(|i| i.kind == "card" && i.id == card_id)
+            .cloned()
+    });
+    let stored = stored.unwrap_or_else(|| sc.fail("the card is in Canon"));
+    assert_eq!(stored.request["card"]["title"], "Deploy");
+    assert_eq!(stored.response_user_id.as_deref(), Some(DEFAULT_OWNER));
+    assert_eq!(interaction_requests(&sc), 1);
+
+    sc.inject(Injection {
+        text: Some("BROKEN card now".into()),
+        ..Injection::default()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    let broken = loop {
+        let found = sc
+            .model
+            .requests()
+            .iter()
+            .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == "call_broken")
+            .and_then(|m| m["content"].as_str().map(str::to_owned));
+        if let Some(found) = found {
+            break serde_json::from_str::<Value>(&found).expect("JSON");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no result for call_broken"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(broken["success"], false, "{broken}");
+    let error = broken["error"].as_str().expect("an error");
+    assert!(error.starts_with("Invalid canon.card.v1: card."), "{error}");
+    assert!(
+        error.ends_with("do NOT resend the same payload — it will fail identically."),
+        "{error}"
+    );
+    // Nothing reached Canon for the invalid card.
+    assert_eq!(interaction_requests(&sc), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_request_input_asks_the_triggering_human() {
+    let sc = started(json!([tool_rule(
+        "ASK",
+        "call_ask",
+        json!({"action": "request_input", "inputId": "colour-1", "title": "Colour",
+               "prompt": "Which colour?", "choices": [{"label": "Red"}, {"label": "Blue"}]})
+    )]))
+    .await;
+    sc.inject(Injection {
+        text: Some("ASK me".into()),
+        ..Injection::default()
+    });
+    let input = sc.wait_interaction("input").await;
+    assert_eq!(input.id, "colour-1");
+    assert_eq!(input.response_user_id.as_deref(), Some(DEFAULT_OWNER));
+    assert_eq!(input.request["prompt"], "Which colour?");
+    sc.wait("waiting_input", |s| {
+        s.turn_history.iter().any(|t| t["state"] == "waiting_input")
+    })
+    .await;
+    sc.sim
+        .respond_interaction(&canon_sim::interactions::Response {
+            conversation_id: DEFAULT_CONVERSATION.into(),
+            kind: "input".into(),
+            id: input.id.clone(),
+            value: Some("Blue".into()),
+            ..Default::default()
+        })
+        .expect("answered");
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    let answered = result_of(&sc, "call_ask");
+    assert_eq!(answered["success"], true, "{answered}");
+    assert_eq!(answered["status"], "submitted", "{answered}");
+    assert_eq!(answered["value"], "Blue", "{answered}");
+    assert_eq!(answered["conversationId"], DEFAULT_CONVERSATION);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_request_card_fails_closed_for_another_human_and_times_out_unanswered() {
+    let sc = started(json!([
+        tool_rule(
+            "PICK",
+            "call_pick",
+            json!({"action": "request_card", "card": card(true)})
+        ),
+        tool_rule(
+            "WAIT",
+            "call_wait",
+            json!({"action": "request_card", "card": card(true), "timeoutSeconds": 5})
+        ),
+    ]))
+    .await;
+    sc.inject(Injection {
+        text: Some("PICK one".into()),
+        ..Injection::default()
+    });
+    let asked = sc.wait_interaction("card").await;
+    assert_eq!(asked.response_user_id.as_deref(), Some(DEFAULT_OWNER));
+    sc.sim
+        .respond_interaction(&canon_sim::interactions::Response {
+            conversation_id: DEFAULT_CONVERSATION.into(),
+            kind: "card".into(),
+            id: asked.id.clone(),
+            action_id: Some("ship".into()),
+            responded_by: Some("h-mallory".into()),
+            ..Default::default()
+        })
+        .expect("answered");
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    let refused = result_of(&sc, "call_pick");
+    assert_eq!(
+        refused,
+        json!({"error": "Canon card was answered by a different human", "success": false})
+    );
+
+    sc.inject(Injection {
+        text: Some("WAIT for me".into()),
+        ..Injection::default()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    let timed_out = loop {
+        let found = sc
+            .model
+            .requests()
+            .iter()
+            .flat_map(|r| r["messages"].as_array().cloned().unwrap_or_default())
+            .find(|m| m["role"] == "tool" && m["tool_call_id"] == "call_wait")
+            .and_then(|m| m["content"].as_str().map(str::to_owned));
+        if let Some(found) = found {
+            break serde_json::from_str::<Value>(&found).expect("JSON");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no result for call_wait"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(timed_out["status"], "timeout", "{timed_out}");
+    assert_eq!(timed_out["success"], true, "{timed_out}");
+    // The deadline cancelled the card on Canon.
+    let card_id = timed_out["cardId"].as_str().expect("a card id").to_owned();
+    let state = sc.sim.read_state(|s| {
+        s.interactions
+            .values()
+            .find(|i| i.id == card_id)
+            .map(|i| i.state.clone())
+    });
+    assert_ne!(state.as_deref(), Some("pending"), "{state:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_no_reply_in_a_group_posts_nothing() {
+    let sc = Scenario::start_full(
+        live_clock_config(),
+        json!([
+            {"match": {"role": "tool"}, "reply": {"text": "This trailing text must never be posted."}},
+            {"match": {"role": "user"},
+             "reply": {"toolCall": {"name": "canon_runtime_control",
+                                    "arguments": {"action": "no_reply", "reason": "private: nothing to add"},
+                                    "id": "call_quiet"}}},
+        ]),
+        GatewayOptions::default(),
+        create_group,
+        |_| {},
+    )
+    .await;
+    sc.inject(Injection {
+        conversation_id: Some(GROUP.into()),
+        text: Some("@Hermes anything?".into()),
+        mentions: vec![canon_sim::DEFAULT_AGENT.into()],
+        ..Injection::default()
+    });
+    sc.wait_turn_closed(GROUP).await;
+    let acknowledged = result_of(&sc, "call_quiet");
+    assert_eq!(
+        acknowledged,
+        json!({"success": true, "status": "acknowledged", "conversationId": GROUP,
+               "note": "Acknowledged — nothing was posted to the conversation."})
+    );
+    // Give a stray final the time a real one needs; none may appear.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        sc.agent_messages(GROUP).is_empty(),
+        "{:#?}",
+        sc.agent_messages(GROUP)
+    );
+    let reports = sc
+        .sim
+        .read_state(|s| s.no_replies.iter().cloned().collect::<Vec<_>>());
+    assert_eq!(reports.len(), 1, "{reports:#?}");
+    assert!(
+        !serde_json::to_string(&reports)
+            .unwrap()
+            .contains("nothing to add"),
+        "the reason never leaves the daemon: {reports:#?}"
+    );
+}
