@@ -354,7 +354,7 @@ pub fn answer_text(result: &Map<String, Value>) -> String {
 /// Hermes' choice for an answered approval (runtime-control.md §6.5,
 /// canon-wire.md §9.3 and Q7b): `allow` from the expected human (the
 /// requested responder, else the effective one Canon named, else the
-/// owner; any non-blank `respondedBy` when none is known) → `session` when
+/// owner; when none of them is known nobody is trusted) → `session` when
 /// the effective session rule holds and the rule is `approve-all` or
 /// `approve-tool`, else `once`; anything else → `deny`.
 pub fn approval_choice(
@@ -373,7 +373,9 @@ pub fn approval_choice(
     let trusted = match (responded_by, expected_responder) {
         (None, _) => false,
         (Some(by), Some(expected)) => by == expected,
-        (Some(_), None) => true,
+        // Nobody known to expect (no responder requested, none echoed by Canon, no owner id):
+        // an allow from anyone is not trusted (runtime-control.md §6.5, fail closed).
+        (Some(_), None) => false,
     };
     if !trusted {
         return ApprovalChoice::Deny;
@@ -506,7 +508,8 @@ mod tests {
             approval_choice(&allow, Some("u2"), true),
             ApprovalChoice::Deny
         );
-        assert_eq!(approval_choice(&allow, None, true), ApprovalChoice::Session);
+        // No expected human known: an allow from anyone is denied (fail closed).
+        assert_eq!(approval_choice(&allow, None, true), ApprovalChoice::Deny);
         let deny_tool = obj(json!({"status": "allow", "respondedBy": "u1",
                                    "sessionRule": {"type": "deny-tool"}}));
         assert_eq!(
