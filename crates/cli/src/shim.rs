@@ -19,6 +19,10 @@ pub(crate) const PLATFORM_NAME: &str = canon_host::protocol::PLATFORM;
 /// This binary's version, the shim's and the plugin's.
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// What the system prompt tells the model about Canon: the 0.14.1 hint and its skill sentence
+/// (hermes-host.md §6, exact), then what the Canon tool lets the model do.
+pub(crate) const PLATFORM_HINT: &str = "You are chatting via Canon. Canon conversations can be direct or group chats. Use concise conversational text; slash commands are preserved when users send them. Messages sent by Hermes are marked as turn-complete for Canon's UI. Before authoring a rich card, load the plugin skill canon-hermes:rich-cards with skill_view. With the canon_runtime_control tool you can show a card (send_card), ask the person you are talking with to answer a card or a question (request_card, request_input), or end a turn without posting anything (no_reply, for group chats where you have nothing to add).";
+
 /// The package's modules, by file name in byte order (the order of [`shim_sha256`]).
 pub(crate) const PACKAGE: [(&str, &[u8]); 6] = [
     (
@@ -268,7 +272,7 @@ pub(crate) fn manifest(binary: &Path) -> String {
             "allow_all_env": "CANON_ALLOW_ALL_USERS",
             "cron_deliver_env_var": "CANON_HOME_CHANNEL",
             "install_hint": "Run canon-hermes setup to register or reconnect a Canon agent profile",
-            "platform_hint": "",
+            "platform_hint": PLATFORM_HINT,
             "emoji": "C",
         },
         "adapter": {

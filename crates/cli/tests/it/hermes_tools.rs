@@ -136,6 +136,28 @@ async fn real_gateway_send_card_shows_a_card_and_refuses_an_invalid_one_before_c
     );
     // Nothing reached Canon for the invalid card.
     assert_eq!(interaction_requests(&sc), 1);
+
+    // The model was offered the tool and told what it does in Canon.
+    let request = sc
+        .model
+        .requests()
+        .into_iter()
+        .find(|r| r["tools"].is_array())
+        .unwrap_or_else(|| sc.fail("a model request with tools"));
+    let offered: Vec<&str> = request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(offered.contains(&"canon_runtime_control"), "{offered:?}");
+    let system = request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        system.contains("Before authoring a rich card, load the plugin skill canon-hermes:rich-cards with skill_view. With the canon_runtime_control tool you can show a card"),
+        "{system}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
