@@ -267,6 +267,9 @@ fn word_deltas(full: &str) -> Vec<String> {
 struct ModelShared {
     script: Script,
     log: Mutex<(VecDeque<Value>, u64)>,
+    /// When each logged request arrived, beside it in the log (same bound).
+    arrivals: Mutex<VecDeque<std::time::Instant>>,
+    started: std::time::Instant,
 }
 
 /// A running model server. Dropping it stops the listener.
@@ -297,6 +300,8 @@ impl ModelServer {
         let shared = Arc::new(ModelShared {
             script,
             log: Mutex::new((VecDeque::new(), 0)),
+            arrivals: Mutex::new(VecDeque::new()),
+            started: std::time::Instant::now(),
         });
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let accept = Arc::clone(&shared);
@@ -335,6 +340,24 @@ impl ModelServer {
     /// The OpenAI base URL (`http://127.0.0.1:<port>/v1`).
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}/v1", self.addr.port())
+    }
+
+    /// When each request of [`ModelServer::requests`] arrived, in microseconds since the server
+    /// started (the figures of a tool call's round trip: the call's answer goes out at once, so
+    /// the next request's arrival is when the tool's result reached the model).
+    pub fn arrivals_us(&self) -> Vec<u64> {
+        self.shared
+            .arrivals
+            .lock()
+            .map(|a| {
+                a.iter()
+                    .map(|t| {
+                        u64::try_from(t.duration_since(self.shared.started).as_micros())
+                            .unwrap_or(u64::MAX)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The chat-completion requests received so far (bounded).
@@ -407,10 +430,16 @@ async fn serve(
             .log
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut arrivals = shared
+            .arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if log.0.len() >= MODEL_LOG_CAP {
             log.0.pop_front();
+            arrivals.pop_front();
         }
         log.0.push_back(request.clone());
+        arrivals.push_back(std::time::Instant::now());
         log.1 += 1;
         log.1
     };

@@ -318,3 +318,90 @@ async fn real_gateway_no_reply_in_a_group_posts_nothing() {
         "the reason never leaves the daemon: {reports:#?}"
     );
 }
+
+/// The round trip of one tool call as the model sees it: from the request whose answer was the
+/// call (the call goes out at once) to the request carrying the call's result, in ms.
+fn round_trip_ms(sc: &Scenario, call_id: &str) -> f64 {
+    let requests = sc.model.requests();
+    let arrivals = sc.model.arrivals_us();
+    let is_title = |r: &Value| {
+        r["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|c| c.starts_with(canon_sim::model::TITLE_PROMPT_PREFIX))
+    };
+    let result_at = requests
+        .iter()
+        .position(|r| {
+            r["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .is_some_and(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        })
+        .unwrap_or_else(|| sc.fail(&format!("no request carries the result of {call_id}")));
+    let call_at = (0..result_at)
+        .rev()
+        .find(|&i| !is_title(&requests[i]))
+        .unwrap_or_else(|| sc.fail("no request before the result"));
+    (arrivals[result_at] - arrivals[call_at]) as f64 / 1000.0
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Figures for the closing note of the tools work: `canon_runtime_control` (`send_card`, one
+/// Canon create through the daemon) against Hermes' own in-process `todo` tool, three calls
+/// each through the same gateway. Prints them; asserts only that every call succeeded.
+#[tokio::test(flavor = "multi_thread")]
+#[allow(clippy::print_stderr)] // the figures are this test's output, shown with --nocapture
+async fn real_gateway_tool_round_trip_figures() {
+    let mut rules = Vec::new();
+    for n in 0..3 {
+        rules.push(tool_rule(
+            &format!("SHOW{n}"),
+            &format!("call_show_{n}"),
+            json!({"action": "send_card", "card": card(false)}),
+        ));
+        rules.push(
+            json!({"match": {"role": "user", "contains": format!("TODO{n}")},
+                          "reply": {"toolCall": {"name": "todo", "arguments": {},
+                                                 "id": format!("call_todo_{n}")}}}),
+        );
+    }
+    let sc = started(Value::from(rules)).await;
+    let (mut canon, mut builtin) = (Vec::new(), Vec::new());
+    for n in 0..3 {
+        for (word, call, into) in [
+            ("SHOW", "call_show", &mut canon),
+            ("TODO", "call_todo", &mut builtin),
+        ] {
+            sc.inject(Injection {
+                text: Some(format!("{word}{n} now")),
+                ..Injection::default()
+            });
+            let id = format!("{call}_{n}");
+            let deadline = std::time::Instant::now() + Duration::from_secs(45);
+            while !sc.model.requests().iter().any(|r| {
+                r["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .is_some_and(|m| m["tool_call_id"] == id.as_str())
+            }) {
+                assert!(std::time::Instant::now() < deadline, "no result for {id}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+            into.push(round_trip_ms(&sc, &id));
+        }
+        assert_eq!(
+            result_of(&sc, &format!("call_show_{n}"))["status"],
+            "displayed"
+        );
+    }
+    eprintln!(
+        "tool round trip (model emits the call -> result back at the model), median of 3: canon_runtime_control send_card {:.1} ms {canon:?}; Hermes todo {:.1} ms {builtin:?}",
+        median(canon.clone()),
+        median(builtin.clone())
+    );
+}
