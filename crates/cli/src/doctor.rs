@@ -11,7 +11,8 @@
 //! same inputs `serve --stdio` gives it (the process environment over `<HERMES_HOME>/.env`,
 //! `CANON_HOME`, no platform config), so doctor and the daemon never disagree; and with
 //! `--online` the environment through canon-transport's health check, the one the daemon runs at
-//! connect (cli.md §5.3; no API key is sent, the client doctor builds does not even hold it).
+//! connect and `setup` runs before it saves a connection (cli.md §5.3; no API key is sent, the
+//! client doctor builds does not even hold it).
 //!
 //! Never prints a secret: errors of the resolver carry none by construction, and every line is
 //! also stripped of the API key values doctor has seen before it is printed.
@@ -486,34 +487,17 @@ fn credentials(lookup: &HermesEnv, env: &HostEnv, report: &mut Report<'_>) -> Op
     }
 }
 
-/// Line 14 (cli.md §5.3): `GET {baseUrl}/healthz/` then `GET {streamUrl}/health` through
-/// canon-transport (the check the daemon runs at connect; no authorization header), then for a
-/// non-packaged environment the RTDB binding to the project the health check reported. The
-/// environment id on success; a safe error text otherwise.
+/// Line 14 (cli.md §5.3): the health check through canon-transport with a client that holds no
+/// key ([`crate::canon::verify_connection`], the check `setup` runs too). The environment id on
+/// success; a safe error text otherwise.
 fn verify_online(credentials: &Credentials) -> Result<String, String> {
-    let connection = &credentials.connection;
-    // The health calls are unauthenticated: the client gets no key at all.
-    let config = canon_transport::ClientConfig::new(
-        connection.base_url.clone(),
-        connection.stream_url.clone(),
-        canon_wire::ApiKey::new(""),
-    );
-    let client = canon_transport::CanonClient::new(config).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("starting the tokio runtime: {e}"))?;
-    let project = runtime
-        .block_on(
-            client.verify_environment(&connection.environment_id, connection.project_id.as_deref()),
-        )
-        .map_err(|e| e.to_string())?;
-    if connection.project_id.is_none() {
-        connection
-            .bind_project(&project)
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(connection.environment_id.clone())
+    runtime
+        .block_on(crate::canon::verify_connection(&credentials.connection))
+        .map(|connection| connection.environment_id)
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! temporary file and a rename, leaving files that are already right untouched and removing those
 //! a previous manifest listed but this one does not; then the config.yaml changes and the access
 //! rule of cli.md §3.2 through Hermes' own helpers; then the warnings of cli.md §3.1 step 8. A
-//! second run changes nothing and says so with the "already" and "up to date" lines.
+//! second run changes nothing and says so with the "already" and "up to date" lines. With
+//! `--setup` a successful install continues into `setup` (cli.md §3.1 step 6) in the profile it
+//! installed into, with the same `--python`; the warnings are printed before setup starts.
 
 use std::fs;
 use std::io::Write as _;
@@ -19,6 +21,7 @@ use serde_json::{json, Value};
 
 use crate::exit;
 use crate::hermes::{self, HostEnv};
+use crate::setup::{self, SetupArgs};
 use crate::shim;
 
 /// Mode of the shim directory and of every directory under it (cli.md §3.3).
@@ -41,17 +44,38 @@ pub(crate) struct InstallArgs {
     python: Option<PathBuf>,
 }
 
-/// Runs `install`; returns the exit code (cli.md §1: 0 done, 1 refused or failed).
+/// Runs `install`; returns the exit code (cli.md §1: 0 done, 1 refused or failed). With
+/// `--setup`, a successful install goes on into `setup` in the same profile with the same
+/// `--python`, and the exit code is setup's (cli.md §3.1 step 6).
 pub(crate) fn install_command(args: &InstallArgs) -> u8 {
-    let mut out = std::io::stdout().lock();
-    match install(args, &HostEnv::from_process(), &mut out) {
-        Ok(code) => code,
+    let env = HostEnv::from_process();
+    let installed = {
+        let mut out = std::io::stdout().lock();
+        let installed = install(args, &env, &mut out);
+        let _ = out.flush();
+        installed
+    };
+    // The lock is released: setup writes from more than one thread (its live approval line).
+    match installed {
+        Ok(Installed::Done) => exit::OK,
+        Ok(Installed::ThenSetup(profile)) => {
+            let setup = SetupArgs::interactive(args.profile.clone(), args.python.clone());
+            setup::run_in_profile(&setup, &env, &profile)
+        }
         Err(error) => {
-            let _ = out.flush();
             let _ = writeln!(std::io::stderr().lock(), "{error:#}");
             exit::REJECTED
         }
     }
+}
+
+/// A successful install, and whether `setup` follows.
+#[derive(Debug)]
+enum Installed {
+    /// Done (`Next: canon-hermes setup` was printed).
+    Done,
+    /// `--setup`: continue into setup in this profile.
+    ThenSetup(hermes::Profile),
 }
 
 /// Writes one line to the operator's output, ignoring a closed pipe.
@@ -59,14 +83,13 @@ fn say(out: &mut dyn std::io::Write, line: &str) {
     let _ = writeln!(out, "{line}");
 }
 
-fn install(args: &InstallArgs, env: &HostEnv, out: &mut dyn std::io::Write) -> anyhow::Result<u8> {
+fn install(
+    args: &InstallArgs,
+    env: &HostEnv,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Installed> {
     let profile = hermes::locate_profile(args.profile.as_deref(), env)?;
     say(out, &profile.line());
-    if args.setup {
-        return Err(anyhow!(
-            "install --setup continues into canon-hermes setup, which this build does not have yet; run canon-hermes install without --setup"
-        ));
-    }
     let python = hermes::locate_python(args.python.as_deref(), env)?;
     let helpers = hermes::Helpers::new(python, profile.home.clone());
     let probe = helpers.call("host.probe", json!({}))?;
@@ -142,11 +165,18 @@ fn install(args: &InstallArgs, env: &HostEnv, out: &mut dyn std::io::Write) -> a
                 .unwrap_or("CANON_ALLOW_ALL_USERS cannot be set")
         ));
     }
-    say(out, "Next: canon-hermes setup");
+    if !args.setup {
+        say(out, "Next: canon-hermes setup");
+    }
+    // Before setup's questions rather than after them, where they would scroll away.
     for warning in warnings(&probe) {
         say(out, &warning);
     }
-    Ok(exit::OK)
+    Ok(if args.setup {
+        Installed::ThenSetup(profile)
+    } else {
+        Installed::Done
+    })
 }
 
 /// cli.md §3.1 step 2: the refusal of a host outside the audited pair (cli.md §7.2), else `None`.

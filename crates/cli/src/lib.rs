@@ -6,8 +6,14 @@
 //! Commands:
 //! - `install [--setup] [--profile NAME] [--python PATH]` ([`install`]): write the Python shim,
 //!   its manifest and the rich-cards skill into a Hermes profile and enable the plugin and the
-//!   Canon platform there (cli.md §3). [`hermes`] finds the profile and the Hermes Python and
-//!   runs Hermes' own config helpers in it; [`shim`] holds the embedded shim package.
+//!   Canon platform there (cli.md §3); with `--setup`, go on into `setup` in the same profile.
+//!   [`hermes`] finds the profile and the Hermes Python and runs Hermes' own config helpers in
+//!   it; [`shim`] holds the embedded shim package.
+//! - `setup [--agent-id ID] [--profile NAME] [--python PATH] [answers…]` ([`setup`]): register or
+//!   reconnect a Canon agent through the owner's approval, or bind an existing `agents.json`
+//!   profile or a raw API key, with the prompts and texts of cli.md §4; flags answer prompts for
+//!   unattended runs; exit 0 done or declined, 1 failed, 130 cancelled. [`canon`] holds the
+//!   unauthenticated Canon calls it shares with `doctor --online` (health, registration).
 //! - `doctor [--profile NAME] [--python PATH] [--online] [--json]` ([`doctor`]): the checks of
 //!   cli.md §9 on a Hermes profile, one line each; exit 0 ready, 1 needs setup.
 //! - `card validate [FILE|-]` (alias `cards validate`): validate one canon.card.v1 card and print
@@ -26,6 +32,7 @@
 //! Argument parsing is `clap` (derive): usage errors exit 2, `--help` and `--version` exit 0.
 //! Must not depend on xtask; the library crates it links are those of ARCHITECTURE.md.
 
+mod canon;
 mod card;
 mod dev;
 mod doctor;
@@ -33,6 +40,7 @@ mod hermes;
 mod install;
 mod send;
 mod serve;
+mod setup;
 mod shim;
 
 use std::ffi::OsString;
@@ -49,6 +57,9 @@ pub(crate) mod exit {
     pub(crate) const REJECTED: u8 = 1;
     /// The command could not do its job: bad usage, unreadable input, not JSON.
     pub(crate) const FAILED: u8 = 2;
+    /// `setup` was interrupted (Ctrl-C) or its input ended where an answer was needed
+    /// (cli.md §1, §11).
+    pub(crate) const CANCELLED: u8 = 130;
 }
 
 /// The program name used when argv[0] names none (cli.md §1).
@@ -72,6 +83,8 @@ struct Cli {
 enum Command {
     /// Enable the Canon Hermes plugin
     Install(install::InstallArgs),
+    /// Register or reconnect a Canon agent profile
+    Setup(Box<setup::SetupArgs>),
     /// Check Canon Hermes plugin setup
     Doctor(doctor::DoctorArgs),
     /// Validate canon.card.v1 cards
@@ -121,6 +134,7 @@ pub fn run() -> ExitCode {
     };
     let code = match cli.command {
         Command::Install(args) => install::install_command(&args),
+        Command::Setup(args) => setup::setup_command(&args),
         Command::Doctor(args) => doctor::doctor_command(&args),
         Command::Card {
             command: CardCommand::Validate { file },

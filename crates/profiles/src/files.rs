@@ -12,6 +12,7 @@ use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use canon_wire::types::RegistrationTicket;
 use serde_json::{Map, Value};
 
 use crate::credentials::is_for_hermes;
@@ -557,6 +558,50 @@ impl PendingRegistrations {
             entry.insert(key.to_owned(), Value::String(value.to_owned()));
         }
         Ok(())
+    }
+
+    /// The submitted request of `name` (cli.md §4.3 step 5): its `requestId` (trimmed, must be
+    /// non-empty) and its `pollToken` when it is a non-empty string; `None` when the entry has
+    /// not been submitted (or does not exist), so the next run submits it.
+    pub fn ticket(&self, name: &str) -> Option<RegistrationTicket> {
+        let entry = self.get(name)?;
+        let request_id = entry
+            .get("requestId")
+            .and_then(Value::as_str)
+            .and_then(non_blank)?;
+        let poll_token = entry
+            .get("pollToken")
+            .and_then(Value::as_str)
+            .filter(|token| !token.is_empty())
+            .map(str::to_owned);
+        Some(RegistrationTicket {
+            request_id: request_id.to_owned(),
+            poll_token,
+        })
+    }
+
+    /// Records the answer of `POST /agents/register` for `name` (cli.md §4.3 step 5):
+    /// `requestId`, `pollToken` (`null` when Canon issued none, as the reference writes it) and
+    /// `submittedAt`.
+    pub fn record_submission(
+        &mut self,
+        name: &str,
+        ticket: &RegistrationTicket,
+        submitted_at: &str,
+    ) {
+        let entry = self.entry_mut(name);
+        entry.insert(
+            "requestId".to_owned(),
+            Value::String(ticket.request_id.clone()),
+        );
+        entry.insert(
+            "pollToken".to_owned(),
+            ticket.poll_token.clone().map_or(Value::Null, Value::String),
+        );
+        entry.insert(
+            "submittedAt".to_owned(),
+            Value::String(submitted_at.to_owned()),
+        );
     }
 
     /// Sets one field of `name`'s entry (`requestId`, `pollToken`, `submittedAt`, …).

@@ -1,7 +1,6 @@
 //! `canon-profiles`: the one place that decides which Canon agent credentials and which Canon
 //! environment a process uses (cli.md §5, §6), so `serve --stdio`, the shim's readiness `probe`
-//! (answered by the daemon from what `serve` resolved), `doctor` and `setup` (still to be built
-//! on it) can never disagree.
+//! (answered by the daemon from what `serve` resolved), `doctor` and `setup` can never disagree.
 //!
 //! The API, in the order a caller meets it:
 //!
@@ -22,6 +21,8 @@
 //!   of cli.md §6.1 (Python `json.dumps(indent=2, sort_keys=True)` bytes, temp file, `0600`,
 //!   rename); [`pyjson`] is that byte layout.
 //! * [`naming`]: the default local profile name (cli.md §4.3 step 1) and `localRegistrationId`.
+//! * [`timestamp`]: the `YYYY-MM-DDTHH:MM:SSZ` text of `registeredAt` and `submittedAt` for a
+//!   time the caller read.
 //!
 //! Errors are three `thiserror` enums, one per family: [`ConnectionError`], [`CredentialError`]
 //! and [`StoreError`]. Messages the spec marks [parity] are reproduced byte for byte.
@@ -39,6 +40,7 @@ pub mod files;
 pub mod naming;
 pub mod pyjson;
 mod text;
+pub mod timestamp;
 
 pub use credentials::{
     resolve_credentials, CredentialError, CredentialSource, Credentials, ProfileIdentity,

@@ -31,7 +31,8 @@ pub fn handle(state: &mut State, req: &ApiRequest) -> Option<Reply> {
     let segments: Vec<&str> = req.path.trim_start_matches('/').split('/').collect();
     let method = req.method.as_str();
     let reply = match (method, segments.as_slice()) {
-        ("GET", ["healthz", ""] | ["healthz"] | ["health"]) => health(state),
+        ("GET", ["healthz", ""] | ["healthz"]) => health(state),
+        ("GET", ["health"]) => stream_health(state),
         ("POST", ["agents", "register"]) => register(state, req),
         ("GET", ["agents", "status", id]) => registration_status(state, req, id),
         ("POST", ["agents", "status", id, "ack"]) => registration_ack(state, req, id),
@@ -100,6 +101,24 @@ pub fn health(state: &State) -> Reply {
     Reply::ok(json!({
         "environmentId": env.environment_id,
         "projectId": env.project_id,
+        "status": "ok",
+    }))
+    .with_header("x-canon-environment-id", &env.environment_id)
+}
+
+/// `GET /health`, the stream service's health path: [`health`], with the project the
+/// `stream_health_project_id` switch names when it is set.
+pub fn stream_health(state: &State) -> Reply {
+    let env = &state.config.environment;
+    let project = state
+        .config
+        .switches
+        .stream_health_project_id
+        .as_deref()
+        .unwrap_or(&env.project_id);
+    Reply::ok(json!({
+        "environmentId": env.environment_id,
+        "projectId": project,
         "status": "ok",
     }))
     .with_header("x-canon-environment-id", &env.environment_id)

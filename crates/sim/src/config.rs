@@ -95,6 +95,10 @@ pub struct Switches {
     pub lenient_messages: bool,
     /// Poll count after which a registration is approved on its own (null = never).
     pub auto_approve_after_polls: Option<u32>,
+    /// Report this `projectId` from `GET /health` (the stream service's health path) instead of
+    /// the environment's, as a stream service of another project would (canon-wire.md §1.2);
+    /// null = the environment's.
+    pub stream_health_project_id: Option<String>,
     /// Replay buffer size per agent.
     pub replay_buffer_events: usize,
     /// Replay buffer age limit (sim ms).
@@ -130,6 +134,7 @@ impl Default for Switches {
             rate_limits: true,
             lenient_messages: false,
             auto_approve_after_polls: None,
+            stream_health_project_id: None,
             replay_buffer_events: 1000,
             replay_buffer_age_ms: 3_600_000,
         }

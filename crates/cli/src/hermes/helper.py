@@ -10,7 +10,9 @@ guards and .env quoting are Hermes'. Secrets travel on stdin, never in argv.
 Helpers: `host.probe` (read-only facts about the host and the profile, read with Hermes' own
 functions where it has them; it imports Hermes lazily so that it also answers on a Python without
 Hermes, and it writes nothing; `install` and `doctor` use it), `config.install`
-(the config.yaml changes and the access rule of cli.md §3.2), `env.get` and `env.set`.
+(the config.yaml changes and the access rule of cli.md §3.2), `env.get` (`setup` calls it first
+to prove Hermes' config helpers import) and `env.set` (the `.env` changes of `setup`:
+cli.md §4.3 step 11, §4.4 step 4, §4.5 step 4).
 """
 
 import copy
@@ -202,15 +204,17 @@ def host_probe(_body):
     return facts
 
 
-def env_refusal(config, key):
-    """Hermes' refusal to write `key` to .env (managed install or managed scope), else None."""
+def env_refusal(config, key, action="set"):
+    """Hermes' refusal to `action` ("set" or "remove") `key` in .env (managed install or managed
+    scope), in the words of save_env_value / remove_env_value, else None."""
     if config.is_managed():
-        return config.format_managed_message("set %s" % key)
+        return config.format_managed_message("%s %s" % (action, key))
     from hermes_cli import managed_scope
     if managed_scope.is_env_managed(key):
         managed_dir = managed_scope.get_managed_dir()
         src = os.path.join(str(managed_dir), ".env") if managed_dir else "the managed scope"
-        return "Cannot set %s: it is managed by your administrator (%s) and cannot be changed." % (key, src)
+        return "Cannot %s %s: it is managed by your administrator (%s) and cannot be changed." % (
+            action, key, src)
     return None
 
 
@@ -262,9 +266,13 @@ def env_get(body):
 
 
 def env_set(body):
+    """cli.md §2.3: `set` through save_env_value, then `remove` through remove_env_value (a key
+    that is not there is left alone). Every key is checked first, so a refusal changes nothing."""
     config = hermes_config()
-    for key in list(body.get("set", {})) + list(body.get("remove", [])):
-        refusal = env_refusal(config, key)
+    checks = [(key, "set") for key in body.get("set", {})]
+    checks += [(key, "remove") for key in body.get("remove", [])]
+    for key, action in checks:
+        refusal = env_refusal(config, key, action)
         if refusal:
             raise HelperError(refusal)
     for key, value in body.get("set", {}).items():

@@ -684,14 +684,16 @@ fn install_without_a_python_or_with_setup_changes_nothing() {
         "Could not locate the Hermes Python environment; pass --python <path to the Hermes venv python>",
         &before,
     );
-    let out = s.run(&["install", "--setup"]);
+    // With --setup too: the install fails before anything, and setup never starts.
+    let out = s.run(&["install", "--setup", "--python", "/nonexistent/python"]);
     assert_refused(
         &s,
         &out,
-        "install --setup continues into canon-hermes setup, which this build does not have yet; \
-         run canon-hermes install without --setup",
+        "Could not locate the Hermes Python environment; pass --python <path to the Hermes venv \
+         python> (/nonexistent/python is not an executable file)",
         &before,
     );
+    assert!(!stdout(&out).contains("Canon Setup"), "{}", stdout(&out));
 }
 
 #[test]

@@ -26,6 +26,7 @@ mod serve_sends;
 mod serve_signals;
 mod serve_support;
 mod serve_turns;
+mod setup;
 mod shim_constants;
 mod shim_golden;
 mod shim_support;

@@ -387,6 +387,48 @@ fn pending_registration_binding() {
     );
 }
 
+#[test]
+fn a_submission_is_recorded_and_read_back_as_a_ticket() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("pending-registrations.json");
+    let mut pending = PendingRegistrations::read(&path).expect("empty");
+    assert_eq!(pending.ticket("ops"), None, "no entry");
+    pending.ensure_local_registration_id("ops", 7);
+    assert_eq!(pending.ticket("ops"), None, "not submitted");
+    pending.set("ops", "requestId", json!("  "));
+    assert_eq!(pending.ticket("ops"), None, "a blank request id is none");
+
+    let ticket = RegistrationTicket {
+        request_id: "req-1".to_owned(),
+        poll_token: Some("tok".to_owned()),
+    };
+    pending.record_submission("ops", &ticket, "2026-01-01T00:00:00Z");
+    assert_eq!(pending.ticket("ops"), Some(ticket));
+    let entry = pending.get("ops").expect("entry");
+    assert_eq!(entry["submittedAt"], "2026-01-01T00:00:00Z");
+    assert_eq!(
+        entry["localRegistrationId"],
+        "hermes-00000000000000000000000000000007"
+    );
+
+    // No poll token: written as null (as the reference does) and read back as none.
+    let bare = RegistrationTicket {
+        request_id: " req-2 ".to_owned(),
+        poll_token: None,
+    };
+    pending.record_submission("dev", &bare, "2026-01-01T00:00:01Z");
+    pending.save().expect("saved");
+    let pending = PendingRegistrations::read(&path).expect("read back");
+    assert_eq!(pending.get("dev").expect("entry")["pollToken"], Value::Null);
+    assert_eq!(
+        pending.ticket("dev"),
+        Some(RegistrationTicket {
+            request_id: "req-2".to_owned(),
+            poll_token: None,
+        })
+    );
+}
+
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),

@@ -23,6 +23,24 @@ async fn health_endpoints_report_the_environment() {
 }
 
 #[tokio::test]
+async fn the_stream_health_path_can_report_another_project() {
+    let sim = sim_with(|c| c.switches.stream_health_project_id = Some("elsewhere".into())).await;
+    let api = raw(sim.addr(), "GET", "/healthz/", &[], None)
+        .await
+        .unwrap();
+    assert_eq!(api.json()["projectId"], "canonmail-dev");
+    let stream = raw(sim.addr(), "GET", "/health", &[], None).await.unwrap();
+    assert_eq!(
+        stream.header("x-canon-environment-id"),
+        Some("canon-dev-v1")
+    );
+    assert_eq!(
+        stream.json(),
+        json!({"environmentId": "canon-dev-v1", "projectId": "elsewhere", "status": "ok"})
+    );
+}
+
+#[tokio::test]
 async fn registration_is_idempotent_token_guarded_and_issues_a_working_key() {
     let sim = sim().await;
     let body = json!({"name": "Bot", "localRegistrationId": "hermes-0123", "clientType": "hermes"})
