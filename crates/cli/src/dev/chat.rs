@@ -26,6 +26,16 @@ pub(crate) enum LineOutcome {
     Quit,
 }
 
+/// An interaction Canon holds for the conversation, as the chat reads it.
+struct Asked {
+    kind: String,
+    id: String,
+    request: Value,
+    state: String,
+    /// Canon's `interactive` (absent counts as interactive).
+    interactive: bool,
+}
+
 /// A question shown and waiting for the typed answer.
 #[derive(Debug)]
 struct Pending {
@@ -49,8 +59,10 @@ pub(crate) struct Chat<'a> {
     segments: Vec<String>,
     pending: Option<Pending>,
     last_state: Option<String>,
-    /// A message was sent and its turn has not closed yet.
-    busy: bool,
+    /// Messages sent whose turn has not closed yet (the prompt comes back at zero).
+    outstanding: usize,
+    /// Whether stdout is a terminal (the prompt line can then be erased and drawn again).
+    terminal: bool,
     parts: usize,
     sent_at: Option<Instant>,
     prompt_shown: bool,
@@ -59,7 +71,7 @@ pub(crate) struct Chat<'a> {
 /// The lines printed when the chat opens and on `/help`.
 pub(crate) const HELP: [&str; 4] = [
     "Type a message and press Enter; you are the owner of a direct Canon conversation with Hermes.",
-    "With the scripted model try: hello · run a tool · delete the demo files (asks for your approval) · ask me something",
+    "With the scripted model try: hello · run a tool · delete the demo files (asks for your approval) · ask me something · show me a card · choose an option",
     "While the agent asks a question, your next line answers it.",
     "/help shows this, /quit or Ctrl-D leaves, Ctrl-C stops everything.",
 ];
@@ -86,7 +98,8 @@ impl<'a> Chat<'a> {
             segments: Vec::new(),
             pending: None,
             last_state: None,
-            busy: false,
+            outstanding: 0,
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stdout()),
             parts: 0,
             sent_at: None,
             prompt_shown: false,
@@ -100,7 +113,7 @@ impl<'a> Chat<'a> {
         }
         let prompt = match &self.pending {
             Some(pending) => style(pending.question.prompt()).yellow().bold().to_string(),
-            None if !self.busy => style("you › ").cyan().bold().to_string(),
+            None if self.outstanding == 0 => style("you › ").cyan().bold().to_string(),
             None => return,
         };
         self.close_live();
@@ -150,7 +163,7 @@ impl<'a> Chat<'a> {
                 };
                 match self.sim.inject_message(&injection) {
                     Ok(_) => {
-                        self.busy = true;
+                        self.outstanding += 1;
                         self.sent_at = Some(Instant::now());
                     }
                     Err(e) => say(&style(format!("  ✗ Canon refused the message: {e}"))
@@ -203,17 +216,16 @@ impl<'a> Chat<'a> {
                         .is_some_and(|id| !self.seen_messages.contains(id))
                 })
                 .collect();
-            let questions: Vec<(String, String, Value, String)> = s
+            let questions: Vec<Asked> = s
                 .interactions
                 .values()
                 .filter(|i| i.conversation_id == DEFAULT_CONVERSATION)
-                .map(|i| {
-                    (
-                        i.kind.clone(),
-                        i.id.clone(),
-                        i.request.clone(),
-                        i.state.clone(),
-                    )
+                .map(|i| Asked {
+                    kind: i.kind.clone(),
+                    id: i.id.clone(),
+                    request: i.request.clone(),
+                    state: i.state.clone(),
+                    interactive: i.interactive != Some(false),
                 })
                 .collect();
             (node, turn, messages, questions)
@@ -248,11 +260,11 @@ impl<'a> Chat<'a> {
         if let Some(line) = line {
             self.print_line(&style(format!("  {line}")).dim().to_string());
         }
-        if matches!(state, "completed" | "interrupted") && self.busy && self.pending.is_none() {
+        if matches!(state, "completed" | "interrupted") && self.pending.is_none() {
             // A turn may close without a final (the agent chose not to reply, or failed);
-            // the prompt comes back either way.
+            // the prompt comes back either way once every message's turn closed.
             self.close_live();
-            self.busy = false;
+            self.outstanding = 0;
         }
     }
 
@@ -354,10 +366,11 @@ impl<'a> Chat<'a> {
             self.close_live();
             self.print_line(&format!("{}{text}", style("hermes › ").magenta().bold()));
         }
+        let counted = usize::from(!text.is_empty());
         match semantics {
-            "progress" => self.parts += 1,
+            "progress" => self.parts += counted,
             "turn_complete" => {
-                self.parts += 1;
+                self.parts += counted;
                 if let Some(turn) = message.pointer("/metadata/turnId").and_then(Value::as_str) {
                     self.finished_turns.insert(turn.to_owned());
                 }
@@ -374,19 +387,17 @@ impl<'a> Chat<'a> {
                 self.segments.clear();
                 self.live.reset();
                 self.live_turn = None;
-                if self.pending.is_none() {
-                    self.busy = false;
-                }
+                self.outstanding = self.outstanding.saturating_sub(1);
             }
             _ => {}
         }
     }
 
-    fn questions(&mut self, questions: Vec<(String, String, Value, String)>) {
+    fn questions(&mut self, questions: Vec<Asked>) {
         if let Some(pending) = &self.pending {
             let still = questions
                 .iter()
-                .any(|(k, i, _, s)| *k == pending.kind && *i == pending.id && s == "pending");
+                .any(|a| a.kind == pending.kind && a.id == pending.id && a.state == "pending");
             if !still {
                 self.pending = None;
                 self.print_line(
@@ -396,8 +407,29 @@ impl<'a> Chat<'a> {
                 );
             }
         }
-        for (kind, id, request, state) in questions {
-            if state != "pending" || !self.seen_interactions.insert((kind.clone(), id.clone())) {
+        for Asked {
+            kind,
+            id,
+            request,
+            state,
+            interactive,
+        } in questions
+        {
+            if !self.seen_interactions.insert((kind.clone(), id.clone())) {
+                continue;
+            }
+            let card = request.get("card").filter(|_| kind == "card");
+            let display_only =
+                card.is_some_and(|c| !interactive || render::card_actions(c).is_empty());
+            if let (Some(card), true) = (card, display_only) {
+                // A card shown for reading (send_card): drawn once, nothing to answer.
+                self.close_live();
+                for line in render::card_lines(card) {
+                    self.print_line(&line);
+                }
+                continue;
+            }
+            if state != "pending" {
                 continue;
             }
             let Some(question) = Question::of(&kind, &request) else {
@@ -429,8 +461,12 @@ impl<'a> Chat<'a> {
 
     fn clear_prompt(&mut self) {
         if self.prompt_shown {
-            // Back to the start of the prompt's line and erase it; it is drawn again after.
-            write_out("\r\x1b[2K");
+            if self.terminal {
+                // Back to the start of the prompt's line and erase it; it is drawn again after.
+                write_out("\r\x1b[2K");
+            } else {
+                write_out("\n");
+            }
             self.prompt_shown = false;
         }
     }

@@ -176,8 +176,8 @@ fn block_lines(block: &Value, lines: &mut Vec<String>) {
         }
         "list" => {
             for item in items("items") {
-                let title = str_of(&item, "title")
-                    .or_else(|| str_of(&item, "text"))
+                let title = str_of(&item, "label")
+                    .or_else(|| str_of(&item, "title"))
                     .unwrap_or("");
                 match str_of(&item, "status") {
                     Some(status) => lines.push(format!("  • {title} ({status})")),
@@ -465,7 +465,7 @@ mod tests {
         "blocks": [
             {"kind": "summary", "title": "Release 1.2", "text": "Ready to ship"},
             {"kind": "metricGrid", "metrics": [{"label": "Tests", "value": 863}]},
-            {"kind": "list", "items": [{"title": "Build", "status": "done"}]},
+            {"kind": "list", "items": [{"label": "Build", "status": "done"}]},
             {"kind": "details", "rows": [{"label": "Branch", "value": "main"}]},
             {"kind": "actions", "actions": [{"id": "ship", "label": "Ship it"},
                                             {"id": "hold", "label": "Hold"}]}

@@ -1,6 +1,7 @@
 //! `canon-hermes dev` driven the way a person uses it: the real binary in a pseudo-terminal, a
 //! real hermes-agent 0.19.0 gateway (the venv of `scripts/hermes-venv.sh`), keystrokes typed
-//! into the terminal — a message, an approval answer, Ctrl-C — and the screen read back. The
+//! into the terminal — a message, an approval answer, a card's action, Ctrl-C — and the screen
+//! read back. The
 //! counts come from the simulator's state that `dev --state-file` writes on exit, and "no
 //! process left behind" is checked in `/proc`.
 
@@ -203,7 +204,7 @@ fn is_turn_complete(message: &Value) -> bool {
 }
 
 #[test]
-fn dev_chats_in_a_terminal_answers_an_approval_and_leaves_nothing_on_ctrl_c() {
+fn dev_chats_in_a_terminal_answers_an_approval_and_a_card_and_leaves_nothing_on_ctrl_c() {
     let work = tempfile::tempdir().expect("work dir");
     let state_file = work.path().join("state.json");
     let mark = format!("dev-{}-{}", std::process::id(), work.path().display());
@@ -275,6 +276,17 @@ fn dev_chats_in_a_terminal_answers_an_approval_and_leaves_nothing_on_ctrl_c() {
         "the approved command ran"
     );
 
+    // A card the agent asks about: drawn as text, its action chosen by number.
+    term.type_line("choose an option");
+    let screen = term.wait_for("the card's actions", |s| s.contains("action [1-2] › "));
+    assert!(screen.contains("▣ Deploy release 1.2?"), "{screen}");
+    assert!(screen.contains("[1] Ship it"), "{screen}");
+    term.type_line("1");
+    let screen = term.wait_for("the third turn_complete", |s| {
+        s.matches("✓ turn_complete").count() == 3
+    });
+    assert!(screen.contains("→ ship"), "{screen}");
+
     // The gateway and its Canon daemon run now; Ctrl-C stops them and everything else.
     let running = processes_of(&mark, Some(&scratch));
     assert!(
@@ -315,7 +327,7 @@ fn dev_chats_in_a_terminal_answers_an_approval_and_leaves_nothing_on_ctrl_c() {
         .iter()
         .filter(|m| is_turn_complete(m))
         .collect();
-    assert_eq!(finals.len(), 2, "{finals:#?}");
+    assert_eq!(finals.len(), 3, "{finals:#?}");
     let approvals: Vec<&Value> = state["interactions"]
         .as_array()
         .into_iter()
@@ -324,6 +336,14 @@ fn dev_chats_in_a_terminal_answers_an_approval_and_leaves_nothing_on_ctrl_c() {
         .collect();
     assert_eq!(approvals.len(), 1, "{approvals:#?}");
     assert_eq!(approvals[0]["answer"]["status"], "allow", "{approvals:#?}");
+    let cards: Vec<&Value> = state["interactions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["kind"] == "card")
+        .collect();
+    assert_eq!(cards.len(), 1, "{cards:#?}");
+    assert_eq!(cards[0]["answer"]["actionId"], "ship", "{cards:#?}");
 }
 
 #[test]
