@@ -23,6 +23,7 @@
 //! Must not depend on xtask; the library crates it links are those of ARCHITECTURE.md.
 
 mod card;
+mod credentials;
 mod doctor;
 mod hermes;
 mod install;

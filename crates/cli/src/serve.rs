@@ -9,13 +9,11 @@ use std::time::Duration;
 use canon_adapter::config::{self, Config};
 use canon_host::hitl;
 use canon_profiles::environment::is_secure_or_local;
-use canon_profiles::files::{self, AgentProfiles, CanonPaths, BOOTSTRAP_ENV};
-use canon_profiles::{
-    resolve_credentials, Connection, DotEnv, EnvLookup, HermesEnv, Resolution, StoreError,
-};
+use canon_profiles::files::CanonPaths;
+use canon_profiles::{Connection, DotEnv, EnvLookup, HermesEnv, Resolution};
 use canon_wire::ApiKey;
 
-use crate::exit;
+use crate::{credentials, exit};
 
 /// The daemon's environment: the process environment, then `<HERMES_HOME>/.env` (cli.md §5.1,
 /// read by `canon_profiles`), where every Canon setting may also live.
@@ -147,15 +145,7 @@ fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> (Canon, Option<
             None,
         );
     }
-    let bootstrap = env.raw(BOOTSTRAP_ENV);
-    let mut load_agents = || -> Result<AgentProfiles, StoreError> {
-        match paths {
-            Some(paths) => files::load_agents(&paths.agents, bootstrap.as_deref()),
-            // No home directory and no CANON_HOME: no agents.json to read.
-            None => Ok(AgentProfiles::empty(PathBuf::from("~/.canon/agents.json"))),
-        }
-    };
-    match resolve_credentials(&env.lookup, None, &mut load_agents) {
+    match credentials::resolve(&env.lookup, paths, None) {
         Ok(Resolution::Configured(credentials)) => {
             let profile = credentials.profile_name().map(str::to_owned);
             let connection = credentials.connection;
