@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::connect::MISSING_CREDENTIALS_MESSAGE;
 use crate::conversations::{canon_chat, conversation_type_of, ConversationCache};
+use crate::credentials::CredentialFacts;
 use crate::protocol::{
     ChatInfo, ControlSignal, OpenTurn, ProbeResult, ShimNotification, Signal, ToolCall, PLATFORM,
 };
@@ -83,21 +84,6 @@ pub fn notification_input(note: ShimNotification) -> Option<Input> {
     Some(input)
 }
 
-/// What the daemon's configuration says about Canon, for `probe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProbeFacts<'a> {
-    /// The API key is set.
-    pub api_key_set: bool,
-    /// `CANON_BASE_URL` (may be empty).
-    pub base_url: &'a str,
-    /// `CANON_STREAM_URL` (may be empty).
-    pub stream_url: &'a str,
-    /// `CANON_ENVIRONMENT_ID`, when set.
-    pub environment_id: Option<&'a str>,
-    /// The `agents.json` profile the credentials came from, when one did.
-    pub profile: Option<&'a str>,
-}
-
 /// How a `probe` is answered (hermes-host.md §19.6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProbeStep {
@@ -108,23 +94,28 @@ pub enum ProbeStep {
     Verify(ProbeResult),
 }
 
-/// The probe's result from the configuration: configured when the key and
-/// the base URL are set; a `verify` probe of an unconfigured daemon answers
-/// the missing-credentials error at once. Never carries the key.
-pub fn probe(facts: ProbeFacts<'_>, verify: bool) -> ProbeStep {
-    let configured = facts.api_key_set && !facts.base_url.is_empty();
+/// The probe's result from the credentials: configured when the key and
+/// the base URL are set. Unconfigured, the result carries why the
+/// credentials did not resolve (the cli.md §5.1 message), and a `verify`
+/// probe is answered at once, with the missing-credentials error when
+/// nothing failed. Never carries the key.
+pub fn probe(credentials: &CredentialFacts, verify: bool) -> ProbeStep {
+    let configured = credentials.configured();
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let mut result = ProbeResult {
         configured,
-        profile: facts.profile.map(str::to_owned),
-        environment_id: facts.environment_id.map(str::to_owned),
-        base_url: non_empty(facts.base_url),
-        stream_url: non_empty(facts.stream_url),
+        profile: credentials.profile.clone(),
+        environment_id: credentials.environment_id.clone(),
+        base_url: non_empty(&credentials.base_url),
+        stream_url: non_empty(&credentials.stream_url),
         seed: None,
         error: None,
     };
-    if verify && !configured {
-        result.error = Some(MISSING_CREDENTIALS_MESSAGE.to_owned());
+    if !configured {
+        result.error = credentials
+            .error
+            .clone()
+            .or_else(|| verify.then(|| MISSING_CREDENTIALS_MESSAGE.to_owned()));
     }
     if verify && configured {
         ProbeStep::Verify(result)
@@ -338,14 +329,15 @@ mod tests {
 
     #[test]
     fn probes_answer_from_the_configuration_and_verify_only_when_configured() {
-        let facts = |key: bool, base: &'static str| ProbeFacts {
+        let facts = |key: bool, base: &str, error: Option<&str>| CredentialFacts {
             api_key_set: key,
-            base_url: base,
-            stream_url: "",
-            environment_id: Some("canon-prod-v1"),
-            profile: Some("ops"),
+            base_url: base.to_owned(),
+            stream_url: String::new(),
+            environment_id: Some("canon-prod-v1".into()),
+            profile: Some("ops".into()),
+            error: error.map(str::to_owned),
         };
-        let ProbeStep::Answer(quiet) = probe(facts(true, "https://api"), false) else {
+        let ProbeStep::Answer(quiet) = probe(&facts(true, "https://api", None), false) else {
             panic!("no verify, no check");
         };
         assert!(quiet.configured && quiet.error.is_none());
@@ -354,14 +346,30 @@ mod tests {
         assert_eq!(quiet.environment_id.as_deref(), Some("canon-prod-v1"));
         assert_eq!(quiet.profile.as_deref(), Some("ops"));
         assert!(
-            matches!(probe(facts(true, "https://api"), true), ProbeStep::Verify(r) if r.error.is_none())
+            matches!(probe(&facts(true, "https://api", None), true), ProbeStep::Verify(r) if r.error.is_none())
         );
-        let ProbeStep::Answer(missing) = probe(facts(false, "https://api"), true) else {
+        let ProbeStep::Answer(missing) = probe(&facts(false, "https://api", None), true) else {
             panic!("an unconfigured verify answers at once");
         };
         assert!(!missing.configured);
         assert_eq!(missing.error.as_deref(), Some(MISSING_CREDENTIALS_MESSAGE));
-        assert!(matches!(probe(facts(true, ""), true), ProbeStep::Answer(r) if !r.configured));
+        assert!(
+            matches!(probe(&facts(true, "", None), true), ProbeStep::Answer(r) if !r.configured)
+        );
+        // Nothing configured and nothing wrong: no error without verify.
+        let ProbeStep::Answer(none) = probe(&facts(false, "", None), false) else {
+            panic!("answered");
+        };
+        assert_eq!(none.error, None);
+        // Credentials that failed to resolve say why, with or without verify.
+        let why = "CANON_ENVIRONMENT_ID is required when CANON_API_KEY is used directly";
+        for verify in [false, true] {
+            let ProbeStep::Answer(failed) = probe(&facts(false, "", Some(why)), verify) else {
+                panic!("answered");
+            };
+            assert!(!failed.configured);
+            assert_eq!(failed.error.as_deref(), Some(why));
+        }
     }
 
     #[test]

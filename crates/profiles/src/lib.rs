@@ -41,8 +41,8 @@ pub mod pyjson;
 mod text;
 
 pub use credentials::{
-    resolve_credentials, CredentialError, CredentialSource, Credentials, ProfileIdentity,
-    Resolution,
+    platform_affects_resolution, resolve_credentials, CredentialError, CredentialSource,
+    Credentials, ProfileIdentity, Resolution,
 };
 pub use env::{DotEnv, EnvLookup, HermesEnv, PlatformConfig};
 pub use environment::{

@@ -5,6 +5,7 @@
 //! | scenario | spec |
 //! |---|---|
 //! | message during the startup restore: one Canon turn for the no-op pass and the replay | hermes-host.md §9.5 |
+//! | the key of config.yaml's `platforms.canon.api_key` connects the platform | cli.md §5.1 |
 
 use std::process::Command;
 use std::time::Duration;
@@ -14,7 +15,9 @@ use canon_sim::control::Injection;
 use canon_sim::{Sim, DEFAULT_CONVERSATION};
 use serde_json::json;
 
-use super::gateway_support::{shim_prelude, shim_source, start_gateway, ANSWER, TURN};
+use super::gateway_support::{
+    shim_prelude, shim_source, start_gateway, start_gateway_with, GatewayOptions, ANSWER, TURN,
+};
 use super::hermes_support::{is_turn_complete, model_server, state_sequence, Scenario};
 
 /// hermes-host.md §9.5: a message that arrives while Hermes runs its startup restore gets a
@@ -76,6 +79,60 @@ async fn real_gateway_message_during_startup_restore_is_one_turn() {
     assert!(is_turn_complete(&messages[0]), "{:#}", messages[0]);
     assert_eq!(messages[0]["text"], ANSWER);
     assert_eq!(messages[0]["replyTo"], inbound_id.as_str());
+}
+
+/// cli.md §5.1: in the gateway the platform config comes before the env defaults. The only
+/// credentials in the environment are an `agents.json` profile whose key Canon does not know
+/// (enough for the shim's readiness check, which has no config); config.yaml's
+/// `platforms.canon` gives the real key as `api_key` and the environment and URLs as extras.
+/// The shim hands them to the daemon with `adapter.connect`, which connects with them: with the
+/// profile's key Canon would refuse the connect and the platform would never be connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_connects_with_the_config_yaml_api_key() {
+    let sim = Sim::start(SimConfig::for_tests())
+        .await
+        .expect("the simulator starts");
+    let model = model_server(json!([{"match": {}, "reply": {"text": ANSWER}}])).await;
+    let canon_home = tempfile::tempdir().expect("scratch dir");
+    let mut agents = sim.agents_json("stale");
+    agents["stale"]["apiKey"] = json!("sk-stale-unknown-to-canon");
+    std::fs::write(canon_home.path().join("agents.json"), agents.to_string()).expect("write");
+    let options = GatewayOptions {
+        platform_lines: format!(
+            "    api_key: {}\n    extra:\n      environment_id: canon-dev-v1\n      \
+             base_url: {}\n      stream_url: {}\n",
+            sim.api_key(),
+            sim.base_url(),
+            sim.stream_url()
+        ),
+        env: vec![
+            ("CANON_API_KEY".into(), String::new()),
+            ("CANON_BASE_URL".into(), String::new()),
+            ("CANON_STREAM_URL".into(), String::new()),
+            (
+                "CANON_HOME".into(),
+                canon_home.path().to_str().expect("UTF-8").to_owned(),
+            ),
+        ],
+        ..GatewayOptions::default()
+    };
+    let gateway = tokio::task::block_in_place(|| start_gateway_with(&sim, &model, &options));
+    let me = sim.journal(0, Some("/agents/me"));
+    assert!(!me.is_empty(), "{}", gateway.log_tail());
+    for entry in &me {
+        let auth = entry
+            .headers
+            .iter()
+            .find(|(name, _)| name == "authorization")
+            .map(|(_, value)| value.as_str());
+        assert_eq!(auth, Some("Bearer a-hermes"), "the config.yaml key");
+    }
+    assert_eq!(
+        sim.journal(0, Some("/healthz/")).len(),
+        me.len(),
+        "each connect verified the environment first"
+    );
+    drop(gateway);
 }
 
 /// Runs `code` in the venv's Python with the shim package loaded as module `shim`; returns stdout.
