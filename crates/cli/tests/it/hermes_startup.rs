@@ -6,6 +6,7 @@
 //! |---|---|
 //! | message during the startup restore: one Canon turn for the no-op pass and the replay | hermes-host.md §9.5 |
 //! | the key of config.yaml's `platforms.canon.api_key` connects the platform | cli.md §5.1 |
+//! | the shim's readiness check is the daemon's resolver: a bare key fails it, with the reason logged | cli.md §5.1 |
 
 use std::process::Command;
 use std::time::Duration;
@@ -212,6 +213,77 @@ fn shim_registers_a_failing_platform_on_an_unaudited_host() {
             refusal("not installed"),
         ]
     );
+}
+
+/// The installed shim's `check_requirements()` (Hermes' `check_fn`) in the venv's Python with
+/// `env`, the real daemon behind it: what it returned and what the `canon_hermes` loggers wrote.
+fn readiness(env: &[(&str, &str)]) -> (String, String) {
+    let home = tempfile::tempdir().expect("scratch dir");
+    let hermes_home = home.path().join("hermes");
+    std::fs::create_dir_all(&hermes_home).expect("the profile home");
+    super::gateway_support::install_shim(&hermes_home);
+    let prelude = shim_prelude(&hermes_home.join("plugins/canon-hermes"));
+    let code = "import logging\n\
+         logging.basicConfig(level=logging.INFO, format='%(name)s %(levelname)s %(message)s')\n\
+         print(shim.check_requirements())\n";
+    let mut command = Command::new(super::gateway_support::hermes_python());
+    command
+        .args(["-c", &format!("{prelude}{code}")])
+        .env("HERMES_HOME", &hermes_home)
+        .env("HOME", home.path())
+        .env("CANON_HERMES_BIN", env!("CARGO_BIN_EXE_canon-hermes"))
+        .env("CANON_AGENTS_FILE", home.path().join("no-agents.json"))
+        .env("RUST_LOG", "info");
+    for name in [
+        "CANON_API_KEY",
+        "CANON_ENVIRONMENT_ID",
+        "CANON_BASE_URL",
+        "CANON_STREAM_URL",
+        "CANON_AGENT",
+        "CANON_AGENTS_JSON_BOOTSTRAP",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    let out = command.output().expect("the venv python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}{stderr}");
+    (stdout.trim().to_owned(), stderr)
+}
+
+/// cli.md §5.1: a bare `CANON_API_KEY` without `CANON_ENVIRONMENT_ID` does not resolve, so
+/// Hermes' `check_fn` must fail (the gateway then logs `Platform 'Canon' requirements not met`
+/// and never starts the platform) instead of passing on the variable alone and failing at
+/// connect. The shim asks the daemon's probe, whose answer names the rule, and logs it; the key
+/// is never logged. With the environment id the same key resolves (offline: the packaged URLs
+/// are not contacted).
+#[test]
+fn shim_readiness_check_asks_the_daemons_resolver() {
+    let key = "sk-bare-key-never-logged";
+    let (ready, log) = readiness(&[("CANON_API_KEY", key)]);
+    assert_eq!(ready, "False", "{log}");
+    assert!(
+        log.contains(
+            "canon_hermes WARNING canon-hermes: Canon credentials do not resolve: \
+             CANON_ENVIRONMENT_ID is required when CANON_API_KEY is used directly"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains(key), "{log}");
+
+    let (ready, log) = readiness(&[
+        ("CANON_API_KEY", key),
+        ("CANON_ENVIRONMENT_ID", "canon-prod-v1"),
+    ]);
+    assert_eq!(ready, "True", "{log}");
+    assert!(!log.contains("do not resolve"), "{log}");
+    assert!(!log.contains(key), "{log}");
+
+    // Nothing configured at all: not ready, and nothing to explain.
+    let (ready, log) = readiness(&[]);
+    assert_eq!(ready, "False", "{log}");
+    assert!(!log.contains("do not resolve"), "{log}");
 }
 
 #[test]

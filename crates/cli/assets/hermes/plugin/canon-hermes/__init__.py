@@ -3,15 +3,14 @@
 Every gateway call becomes one JSON-lines frame to the Rust daemon (hermes-host.md §19); the
 daemon's requests become Hermes calls. All Canon logic lives in the daemon; this package only holds
 what needs Hermes objects or this process. This module is what Hermes imports: `register()` (the
-host-version gate, the hooks, the skill, the platform entry), the tool hooks, the cheap
-requirements check and the out-of-process `standalone_send`. The rest is in `_daemon.py` (the child process and its
+host-version gate, the hooks, the skill, the platform entry), the tool hooks, the
+requirements check (the daemon's probe) and the out-of-process `standalone_send`. The rest is in `_daemon.py` (the child process and its
 supervision), `_adapter.py` (the adapter class, imported only inside Hermes), `_busy.py` (the
 busy-input seam) and `_constants.py` (what the shim shares with the Rust side). Standard library
 only.
 """
 
 import logging
-import os
 
 from ._constants import (AUDITED_HERMES, AUDITED_PYTHON, MAX_MESSAGE_LENGTH, PLATFORM, STANDALONE_ERROR_PREFIX,
                          STANDALONE_FAILED, TIMEOUTS)
@@ -64,14 +63,20 @@ def _hook(kind):
 
 
 def check_requirements():
-    """Cheap: credentials in the environment, else the daemon's offline `probe`."""
-    if os.environ.get("CANON_API_KEY"):
-        return True
+    """The daemon's offline `probe` decides: its resolver (cli.md §5.1), not a look at one variable
+    (a bare CANON_API_KEY without CANON_ENVIRONMENT_ID does not resolve). Cheap: the gateway needs
+    the daemon anyway, and the probe makes no network call. Why it fails is logged. A crash loop
+    of the previous adapter's child does not refuse it: the gateway checks readiness before each
+    reconnect with a fresh adapter, whose connect starts a fresh count."""
     try:
-        probe = SUPERVISOR.get().call("probe", {"config": None, "verify": False}, TIMEOUTS["probe"])
-        return bool(probe.get("configured"))
-    except Exception:
+        d = SUPERVISOR.get(new_attempt=True)
+        probe = d.call("probe", {"config": None, "verify": False}, TIMEOUTS["probe"])
+    except Exception as exc:
+        log.warning("canon-hermes: readiness probe failed: %s", exc)
         return False
+    if not probe.get("configured") and probe.get("error"):
+        log.warning("canon-hermes: Canon credentials do not resolve: %s", probe["error"])
+    return bool(probe.get("configured"))
 
 
 async def standalone_send(pconfig, chat_id, message, *, thread_id=None, media_files=None, force_document=False):
