@@ -180,8 +180,12 @@ pub struct Config {
     /// the shim as files under its `tmp/`. `None` (no home directory): no
     /// attachment can be handed off, each counts as failed.
     pub canon_home: Option<PathBuf>,
-    /// `CANON_HOME_CHANNEL`, the standalone fallback target.
+    /// `CANON_HOME_CHANNEL`, the standalone fallback target and the home
+    /// channel the probe reports to Hermes.
     pub home_channel: Option<String>,
+    /// `CANON_HOME_CHANNEL_NAME`, that home channel's label (default
+    /// `Canon Home`, cli.md §8.2).
+    pub home_channel_name: Option<String>,
     /// SHA-256 of the shim code this binary installs (`canon-hermes install`
     /// records it; the shim sends the hash of its installed files in
     /// `hello`); `None` accepts the shim's own.
@@ -229,6 +233,7 @@ impl std::fmt::Debug for Config {
             )
             .field("canon_home", &self.canon_home)
             .field("home_channel", &self.home_channel)
+            .field("home_channel_name", &self.home_channel_name)
             .field("parent_pid", &self.parent_pid)
             .field("signal_poll", &self.signal_poll)
             .field("status_interval", &self.status_interval)

@@ -199,7 +199,7 @@ fn resolver(
 /// The daemon configuration: the credentials and connection of [`resolve_canon`]
 /// (`CANON_API_KEY`, `CANON_AGENT`, `CANON_AGENTS_JSON_BOOTSTRAP`, `CANON_AGENTS_FILE`,
 /// `CANON_AGENTS_PATH`, `CANON_ENVIRONMENT_ID`, `CANON_BASE_URL`, `CANON_STREAM_URL`,
-/// `CANON_RTDB_URL`, `CANON_FIREBASE_API_KEY`), `CANON_HOME_CHANNEL`,
+/// `CANON_RTDB_URL`, `CANON_FIREBASE_API_KEY`), `CANON_HOME_CHANNEL`, `CANON_HOME_CHANNEL_NAME`,
 /// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_INBOUND_IMAGE_DELIVERY`,
 /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` and `CANON_TURN_VERBOSITY` (checked at
 /// `adapter.connect`, where they win over the platform extras), `CANON_HOME`,
@@ -239,6 +239,7 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
         inbound_visual_media_delivery: env.get("CANON_INBOUND_VISUAL_MEDIA_DELIVERY"),
         canon_home: paths.map(|p| p.canon_home),
         home_channel: env.get("CANON_HOME_CHANNEL"),
+        home_channel_name: env.get("CANON_HOME_CHANNEL_NAME"),
         // The hash of the shim this binary installs: any other shim (an upgraded binary without
         // a new `install`, a hand-edited module) is refused as stale at `hello`.
         manifest_sha256: Some(crate::shim::shim_sha256()),

@@ -94,12 +94,54 @@ pub enum ProbeStep {
     Verify(ProbeResult),
 }
 
+/// The label of the home channel when `CANON_HOME_CHANNEL_NAME` is unset
+/// or blank (cli.md §8.2; exact).
+pub const DEFAULT_HOME_CHANNEL_NAME: &str = "Canon Home";
+
+/// What a `probe` is answered from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeFacts<'a> {
+    /// The credentials (the daemon's, or those of the probe's config).
+    pub credentials: &'a CredentialFacts,
+    /// `CANON_HOME_CHANNEL`, when set.
+    pub home_channel: Option<&'a str>,
+    /// `CANON_HOME_CHANNEL_NAME`, when set.
+    pub home_channel_name: Option<&'a str>,
+}
+
+/// The `seed` of a probe answer, which the shim's `env_enablement_fn`
+/// hands Hermes (hermes-host.md §6, §7.3: the gateway merges it into the
+/// platform config and makes its `home_channel` the platform's home
+/// channel). Only when the credentials resolve, as 0.14.1's
+/// `_env_enablement`, and only the home channel: `CANON_HOME_CHANNEL`
+/// (trimmed) labelled `CANON_HOME_CHANNEL_NAME`, else
+/// [`DEFAULT_HOME_CHANNEL_NAME`]. 0.14.1 also seeded the profile name (or
+/// the key itself), the environment and the URLs; the daemon resolves
+/// those itself, the gateway's merge would put them over the extras of
+/// config.yaml, and the key never crosses the protocol, so they are left
+/// out. `None` when there is nothing to seed.
+pub fn enablement_seed(facts: ProbeFacts<'_>) -> Option<Value> {
+    if !facts.credentials.configured() {
+        return None;
+    }
+    let chat_id = facts
+        .home_channel
+        .map(str::trim)
+        .filter(|c| !c.is_empty())?;
+    let name = facts
+        .home_channel_name
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or(DEFAULT_HOME_CHANNEL_NAME);
+    Some(serde_json::json!({"home_channel": {"chat_id": chat_id, "name": name}}))
+}
+
 /// The probe's result from the credentials: configured when the key and
-/// the base URL are set. Unconfigured, the result carries why the
-/// credentials did not resolve (the cli.md §5.1 message), and a `verify`
-/// probe is answered at once, with the missing-credentials error when
-/// nothing failed. Never carries the key.
-pub fn probe(credentials: &CredentialFacts, verify: bool) -> ProbeStep {
+/// the base URL are set, with the [`enablement_seed`]. Unconfigured, the
+/// result carries why the credentials did not resolve (the cli.md §5.1
+/// message), and a `verify` probe is answered at once, with the
+/// missing-credentials error when nothing failed. Never carries the key.
+pub fn probe(facts: ProbeFacts<'_>, verify: bool) -> ProbeStep {
+    let credentials = facts.credentials;
     let configured = credentials.configured();
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let mut result = ProbeResult {
@@ -108,7 +150,7 @@ pub fn probe(credentials: &CredentialFacts, verify: bool) -> ProbeStep {
         environment_id: credentials.environment_id.clone(),
         base_url: non_empty(&credentials.base_url),
         stream_url: non_empty(&credentials.stream_url),
-        seed: None,
+        seed: enablement_seed(facts).map(canon_wire::secret::Opaque),
         error: None,
     };
     if !configured {
@@ -329,6 +371,14 @@ mod tests {
 
     #[test]
     fn probes_answer_from_the_configuration_and_verify_only_when_configured() {
+        let probe = |credentials: &CredentialFacts, verify: bool| {
+            let facts = ProbeFacts {
+                credentials,
+                home_channel: None,
+                home_channel_name: None,
+            };
+            probe(facts, verify)
+        };
         let facts = |key: bool, base: &str, error: Option<&str>| CredentialFacts {
             api_key_set: key,
             base_url: base.to_owned(),
@@ -370,6 +420,46 @@ mod tests {
             assert!(!failed.configured);
             assert_eq!(failed.error.as_deref(), Some(why));
         }
+    }
+
+    #[test]
+    fn the_seed_is_the_named_home_channel_when_the_credentials_resolve() {
+        let configured = CredentialFacts {
+            api_key_set: true,
+            base_url: "https://api".into(),
+            ..CredentialFacts::default()
+        };
+        let unconfigured = CredentialFacts::default();
+        let seed = |credentials: &CredentialFacts, home: Option<&str>, name: Option<&str>| {
+            let facts = ProbeFacts {
+                credentials,
+                home_channel: home,
+                home_channel_name: name,
+            };
+            let ProbeStep::Answer(result) = probe(facts, false) else {
+                panic!("answered");
+            };
+            assert_eq!(
+                result.seed.as_ref().map(|s| s.0.clone()),
+                enablement_seed(facts)
+            );
+            enablement_seed(facts)
+        };
+        assert_eq!(
+            seed(&configured, Some(" c-home "), None),
+            Some(json!({"home_channel": {"chat_id": "c-home", "name": "Canon Home"}}))
+        );
+        assert_eq!(
+            seed(&configured, Some("c-home"), Some("Ops Room")),
+            Some(json!({"home_channel": {"chat_id": "c-home", "name": "Ops Room"}}))
+        );
+        assert_eq!(
+            seed(&configured, Some("c-home"), Some("  ")),
+            Some(json!({"home_channel": {"chat_id": "c-home", "name": DEFAULT_HOME_CHANNEL_NAME}}))
+        );
+        assert_eq!(seed(&configured, None, Some("Ops Room")), None);
+        assert_eq!(seed(&configured, Some("  "), None), None);
+        assert_eq!(seed(&unconfigured, Some("c-home"), Some("Ops Room")), None);
     }
 
     #[test]

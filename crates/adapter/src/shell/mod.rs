@@ -272,6 +272,7 @@ fn session_config(config: &Config) -> SessionConfig {
         daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest_sha256: config.manifest_sha256.clone(),
         home_channel: config.home_channel.clone(),
+        home_channel_name: config.home_channel_name.clone(),
         inbound_image_delivery: config.inbound_image_delivery.clone(),
         inbound_visual_media_delivery: config.inbound_visual_media_delivery.clone(),
         turn_verbosity: config.turn_verbosity.clone(),

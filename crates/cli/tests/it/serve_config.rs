@@ -512,3 +512,34 @@ async fn configured_verbosity_reaches_the_turns() {
         0
     );
 }
+
+/// cli.md §8.2 and hermes-host.md §7.3: the probe's seed, which the shim's
+/// `env_enablement_fn` hands Hermes, is the home channel `CANON_HOME_CHANNEL` labelled
+/// `CANON_HOME_CHANNEL_NAME` (default `Canon Home`); there is none without credentials.
+#[tokio::test(flavor = "multi_thread")]
+async fn probe_seed_is_the_named_home_channel() {
+    let sim = sim().await;
+    for (env, seed) in [
+        (
+            vec![
+                ("CANON_HOME_CHANNEL", " c-home "),
+                ("CANON_HOME_CHANNEL_NAME", "Ops Room"),
+            ],
+            json!({"home_channel": {"chat_id": "c-home", "name": "Ops Room"}}),
+        ),
+        (
+            vec![("CANON_HOME_CHANNEL", "c-home")],
+            json!({"home_channel": {"chat_id": "c-home", "name": "Canon Home"}}),
+        ),
+        (vec![("CANON_HOME_CHANNEL_NAME", "Ops Room")], Value::Null),
+        (
+            vec![("CANON_HOME_CHANNEL", "c-home"), ("CANON_API_KEY", "")],
+            Value::Null,
+        ),
+    ] {
+        let mut shim = Shim::spawn_with(&sim, &env);
+        assert_eq!(shim.hello().await["ok"], true);
+        assert_eq!(probe(&mut shim).await["seed"], seed, "{env:?}");
+        assert_eq!(shim.close().await, Some(0));
+    }
+}

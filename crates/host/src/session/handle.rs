@@ -29,7 +29,7 @@ use crate::protocol::{
     self, AdapterSendMedia, AdapterStatus, DaemonNotification, DaemonRequest, Frame,
     InboundMessage, ProbeResult, SendResult, ShimNotification, ShimRequest, ShimResponse,
 };
-use crate::requests::{self, ProbeStep};
+use crate::requests::{self, ProbeFacts, ProbeStep};
 use crate::turn::{
     DeliveryFailure, HostMedia, Input, MediaPayload, OpId, RequestId, StandaloneSend, TurnState,
 };
@@ -46,8 +46,12 @@ pub struct SessionConfig {
     /// The manifest hash the daemon expects, when configured (else the
     /// shim's own is accepted).
     pub manifest_sha256: Option<String>,
-    /// `CANON_HOME_CHANNEL`, for standalone sends without a target.
+    /// `CANON_HOME_CHANNEL`, for standalone sends without a target and
+    /// the probe's seed.
     pub home_channel: Option<String>,
+    /// `CANON_HOME_CHANNEL_NAME`, the home channel's label in the probe's
+    /// seed.
+    pub home_channel_name: Option<String>,
     /// `HERMES_CANON_INBOUND_IMAGE_DELIVERY`, when set.
     pub inbound_image_delivery: Option<String>,
     /// `HERMES_CANON_INBOUND_VISUAL_MEDIA_DELIVERY`, when set.
@@ -432,7 +436,13 @@ impl Session {
                 Some(platform) => vec![SessionEffect::ResolveCredentials(Box::new(
                     ResolveCall::probe(id, re, probe.verify, platform),
                 ))],
-                None => probe_step(id, re, &config.credentials, probe.verify, None),
+                None => probe_step(
+                    id,
+                    re,
+                    probe_facts(config, &config.credentials),
+                    probe.verify,
+                    None,
+                ),
             },
             // The connect's platform config may name the key, the profile or
             // the environment (cli.md §5.1): resolve with it, then connect.
@@ -623,9 +633,13 @@ impl Session {
                     }
                 }
             }
-            ResolvePurpose::Probe { id, re, verify } => {
-                probe_step(id, re, &facts, verify, Some(call.platform))
-            }
+            ResolvePurpose::Probe { id, re, verify } => probe_step(
+                id,
+                re,
+                probe_facts(&self.config, &facts),
+                verify,
+                Some(call.platform),
+            ),
         }
     }
 
@@ -786,11 +800,11 @@ pub fn send_result_frame(id: &str, re: &str, result: SendResult) -> SessionEffec
 fn probe_step(
     id: String,
     re: &'static str,
-    credentials: &CredentialFacts,
+    facts: ProbeFacts<'_>,
     verify: bool,
     platform: Option<PlatformCredentials>,
 ) -> Vec<SessionEffect> {
-    match requests::probe(credentials, verify) {
+    match requests::probe(facts, verify) {
         ProbeStep::Answer(result) => vec![SessionEffect::Frame(probe_answer(&id, re, result))],
         ProbeStep::Verify(result) => vec![SessionEffect::VerifyProbe {
             id,
@@ -798,6 +812,15 @@ fn probe_step(
             result: Box::new(result),
             platform: platform.map(Box::new),
         }],
+    }
+}
+
+/// What a probe with these credentials is answered from.
+fn probe_facts<'a>(config: &'a SessionConfig, credentials: &'a CredentialFacts) -> ProbeFacts<'a> {
+    ProbeFacts {
+        credentials,
+        home_channel: config.home_channel.as_deref(),
+        home_channel_name: config.home_channel_name.as_deref(),
     }
 }
 
