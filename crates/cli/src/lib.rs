@@ -16,6 +16,8 @@
 //! - `send --to <conversation-id|home> [TEXT|-]` ([`send`]): the standalone sender for scripts
 //!   and cron outside Hermes (hermes-host.md §15): the daemon's standalone path, one id group of
 //!   byte-split parts, replayable with `--replay` after a failure.
+//! - `completions <bash|zsh|fish|elvish|powershell>` ([`completions`]): the shell completion
+//!   script, generated from this command line by `clap_complete`, on stdout.
 //! - `serve --stdio` (hidden): the daemon the Python shim spawns; JSON lines of hermes-host.md §19
 //!   on stdin/stdout, logs on stderr; exit 0 on stdin EOF.
 //!
@@ -23,6 +25,7 @@
 //! Must not depend on xtask; the library crates it links are those of ARCHITECTURE.md.
 
 mod card;
+mod completions;
 mod credentials;
 mod doctor;
 mod hermes;
@@ -82,6 +85,8 @@ enum Command {
     },
     /// Send a message to a Canon conversation from a script or cron job
     Send(send::SendArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish or powershell) on stdout
+    Completions(completions::CompletionsArgs),
     /// Run the daemon the Hermes shim spawns (JSON lines on stdin and stdout)
     #[command(hide = true)]
     Serve {
@@ -120,6 +125,9 @@ pub fn run() -> ExitCode {
             command: CardCommand::Validate { file },
         } => card::validate_command(file.as_deref()),
         Command::Send(args) => send::send_command(&args),
+        Command::Completions(args) => {
+            completions::completions_command(&args, Cli::command(), &name)
+        }
         Command::Serve { stdio: _ } => serve::serve_command(&["--stdio"]),
     };
     ExitCode::from(code)

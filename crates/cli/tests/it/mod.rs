@@ -1,6 +1,7 @@
 //! Test modules of the `canon-hermes` binary.
 
 mod card_validate;
+mod completions;
 mod doctor;
 mod gateway_support;
 mod hermes_bursts;
