@@ -13,7 +13,7 @@
 //! - `card validate [FILE|-]` (alias `cards validate`): validate one canon.card.v1 card and print
 //!   `{"ok":…,"errors":[…]}` on stdout. Exit 0 valid, 1 invalid, 2 when the input cannot be read
 //!   or is not JSON (cards.md §16.4).
-//! - `send --to <conversation-id|home> [TEXT|-]` ([`send`]): the standalone sender for scripts
+//! - `send --to <conversation-id|home> [TEXT|-|--file PATH]` ([`send`]): the standalone sender for scripts
 //!   and cron outside Hermes (hermes-host.md §15): the daemon's standalone path, one id group of
 //!   byte-split parts, replayable with `--replay` after a failure.
 //! - `completions <bash|zsh|fish|elvish|powershell>` ([`completions`]): the shell completion
