@@ -1,8 +1,10 @@
-//! The registry-driven generator: loads `fixtures/rich-cards/registry.json` once, renders every
-//! artifact in memory, then writes them (write mode) or compares them with the committed files
-//! (check mode). Rendering is byte-deterministic: no timestamps, LF only, stable ordering, and the
-//! registry's SHA-256 in every header.
+//! The generator: loads `fixtures/rich-cards/registry.json` once, renders every artifact in
+//! memory (the registry's, and the packaged environments of `environments.rs`), then writes them
+//! (write mode) or compares them with the committed files (check mode). Rendering is
+//! byte-deterministic: no timestamps, LF only, stable ordering, and the registry's SHA-256 in
+//! every header of a registry artifact whose format allows one.
 
+mod environments;
 mod fixtures;
 mod skill;
 mod vocab;
@@ -105,6 +107,7 @@ pub(crate) fn run(project_root: &Path, mode: Mode) -> anyhow::Result<()> {
     let fixture_set = fixtures::generate(&registry, &skill.examples)?;
     artifacts.push(skill.artifact);
     artifacts.push(fixture_set);
+    artifacts.push(environments::generate()?);
 
     let mut stale = Vec::new();
     for artifact in &artifacts {

@@ -1,8 +1,10 @@
 //! Project automation for canon-hermes.
 //!
 //! `cargo xtask codegen [--check]` regenerates every artifact derived from
-//! `fixtures/rich-cards/registry.json`: the Rust vocabulary module of `canon-cards`, the Hermes
-//! skill document and the card parity fixtures. `cargo xtask cards [--check]` is the same
+//! `fixtures/rich-cards/registry.json` (the Rust vocabulary module of `canon-cards`, the Hermes
+//! skill document and the card parity fixtures) and canon-profiles'
+//! `runtime-endpoint-defaults.json` from the packaged environment table of
+//! `codegen/environments.rs` (cli.md §5.2). `cargo xtask cards [--check]` is the same
 //! generator under the name the cards spec uses. With `--check` nothing is written; the command
 //! fails when a committed file differs from what the registry produces, or when the fixture set
 //! misses a coverage requirement of cards.md §20.5.
@@ -57,9 +59,9 @@ fn print_usage() {
     eprintln!(
         "usage: cargo xtask <command>\n\n\
          commands:\n  \
-         codegen [--check]   regenerate (or check) everything derived from fixtures/rich-cards/registry.json\n  \
+         codegen [--check]   regenerate (or check) everything derived from fixtures/rich-cards/registry.json\n                      and crates/profiles/src/runtime-endpoint-defaults.json\n  \
          cards [--check]     the same generator, under the name cards.md §19.3 uses\n  \
-         sync-contracts      fetch @canonmsg/backend-contracts@8.6.1 into .cache/contracts/ (for canon-sim's conformance tests)"
+         sync-contracts      fetch @canonmsg/backend-contracts@8.6.1 into .cache/contracts/ (for canon-sim's conformance tests\n                      and the packaged environments' check)"
     );
 }
 

@@ -1,7 +1,8 @@
 //! `cargo xtask sync-contracts`: fetches `@canonmsg/backend-contracts@8.6.1` with `npm pack`
 //! into the ignored cache `.cache/contracts/backend-contracts-8.6.1/` (the package states no
 //! license, so it is never committed). canon-sim's contract-conformance tests read
-//! `canon-verb-wire.schema.json` and `canon-verbs.schema.json` from there.
+//! `canon-verb-wire.schema.json` and `canon-verbs.schema.json` from there, and xtask's own test of
+//! the packaged environments reads `environment.js`.
 //!
 //! The tarball's SHA-256 is pinned, so a changed package fails loudly instead of silently
 //! moving the contract under the tests. A cache that already holds the pinned version is left
@@ -20,10 +21,11 @@ const TARBALL: &str = "canonmsg-backend-contracts-8.6.1.tgz";
 /// SHA-256 of the published 8.6.1 tarball.
 const TARBALL_SHA256: &str = "fc5f12b60044e3949e11fa27bc864b568c093ff392fd7ae2117405792cdf5cd8";
 /// Files the tests need, relative to the unpacked `package/`.
-const REQUIRED: [&str; 3] = [
+const REQUIRED: [&str; 4] = [
     "package.json",
     "dist/canon-verb-wire.schema.json",
     "dist/canon-verbs.schema.json",
+    "dist/environment.js",
 ];
 
 /// Where the package is unpacked (`<dir>/package/...`).

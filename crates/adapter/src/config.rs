@@ -3,9 +3,11 @@
 //! loop intervals, budgets inside the shim's timeouts, concurrency bounds.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use canon_profiles::Connection;
+use canon_host::credentials::CredentialFacts;
+use canon_profiles::{Connection, PlatformConfig};
 use canon_wire::secret::ApiKey;
 
 /// Frames buffered between the stdin reader and the loop, and between the
@@ -81,6 +83,60 @@ pub const HITL_POLL: Duration = Duration::from_secs(1);
 /// hermes-host.md §19.6).
 pub const HITL_CREATE_BUDGET: Duration = Duration::from_secs(10);
 
+/// The credentials and connection the daemon uses (cli.md §5.1, §5.2),
+/// as the binary resolved them; all empty when nothing resolved.
+#[derive(Clone, Debug)]
+pub struct ResolvedCredentials {
+    /// The REST base URL.
+    pub base_url: String,
+    /// The event stream URL.
+    pub stream_url: String,
+    /// The agent API key (redacted in `Debug`).
+    pub api_key: ApiKey,
+    /// The environment id, when the credentials name one.
+    pub environment_id: Option<String>,
+    /// The resolved connection, when there is one (see [`Config::connection`]).
+    pub connection: Option<Connection>,
+    /// The `agents.json` profile, when the credentials came from one.
+    pub profile: Option<String>,
+    /// Why nothing resolved (a cli.md §5.1 message; no secret).
+    pub error: Option<String>,
+}
+
+impl Default for ResolvedCredentials {
+    fn default() -> ResolvedCredentials {
+        ResolvedCredentials {
+            base_url: String::new(),
+            stream_url: String::new(),
+            api_key: ApiKey::new(""),
+            environment_id: None,
+            connection: None,
+            profile: None,
+            error: None,
+        }
+    }
+}
+
+impl ResolvedCredentials {
+    /// What the session may know of them (never the key).
+    pub fn facts(&self) -> CredentialFacts {
+        CredentialFacts {
+            api_key_set: !self.api_key.expose().is_empty(),
+            base_url: self.base_url.clone(),
+            stream_url: self.stream_url.clone(),
+            environment_id: self.environment_id.clone(),
+            profile: self.profile.clone(),
+            error: self.error.clone(),
+        }
+    }
+}
+
+/// Resolves the daemon's credentials with a platform config (cli.md §5.1:
+/// the config's `api_key`, `token` and `extra` after the environment's
+/// variables). The binary builds it over the environment it read at start;
+/// it may read `agents.json`, so the shell calls it off the event loop.
+pub type CredentialResolver = Arc<dyn Fn(&PlatformConfig) -> ResolvedCredentials + Send + Sync>;
+
 /// What the driver needs; read from the environment by the binary.
 #[derive(Clone)]
 pub struct Config {
@@ -102,6 +158,13 @@ pub struct Config {
     pub connection: Option<Connection>,
     /// The `agents.json` profile the credentials came from, for `probe`.
     pub profile: Option<String>,
+    /// Why the credentials did not resolve at start, for `probe` (the
+    /// fields above are then empty).
+    pub credential_error: Option<String>,
+    /// Resolves the credentials again with the platform config of an
+    /// `adapter.connect` (adopted) or of a `probe` (answered from);
+    /// `None` keeps the fields above whatever the config says.
+    pub resolver: Option<CredentialResolver>,
     /// `CANON_TURN_VERBOSITY` as set; checked at `adapter.connect`, where it
     /// wins over the platform extra (turns.md §6.1).
     pub turn_verbosity: Option<String>,
@@ -117,8 +180,12 @@ pub struct Config {
     /// the shim as files under its `tmp/`. `None` (no home directory): no
     /// attachment can be handed off, each counts as failed.
     pub canon_home: Option<PathBuf>,
-    /// `CANON_HOME_CHANNEL`, the standalone fallback target.
+    /// `CANON_HOME_CHANNEL`, the standalone fallback target and the home
+    /// channel the probe reports to Hermes.
     pub home_channel: Option<String>,
+    /// `CANON_HOME_CHANNEL_NAME`, that home channel's label (default
+    /// `Canon Home`, cli.md §8.2).
+    pub home_channel_name: Option<String>,
     /// SHA-256 of the shim code this binary installs (`canon-hermes install`
     /// records it; the shim sends the hash of its installed files in
     /// `hello`); `None` accepts the shim's own.
@@ -155,6 +222,8 @@ impl std::fmt::Debug for Config {
             .field("environment_id", &self.environment_id)
             .field("connection", &self.connection)
             .field("profile", &self.profile)
+            .field("credential_error", &self.credential_error)
+            .field("resolver", &self.resolver.as_ref().map(|_| "Fn"))
             .field("turn_verbosity", &self.turn_verbosity)
             .field("allow_private_urls", &self.allow_private_urls)
             .field("inbound_image_delivery", &self.inbound_image_delivery)
@@ -164,6 +233,7 @@ impl std::fmt::Debug for Config {
             )
             .field("canon_home", &self.canon_home)
             .field("home_channel", &self.home_channel)
+            .field("home_channel_name", &self.home_channel_name)
             .field("parent_pid", &self.parent_pid)
             .field("signal_poll", &self.signal_poll)
             .field("status_interval", &self.status_interval)
@@ -171,5 +241,31 @@ impl std::fmt::Debug for Config {
             .field("approval_timeout", &self.approval_timeout)
             .field("hitl_poll", &self.hitl_poll)
             .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// The credentials the daemon connects with now.
+    pub fn credentials(&self) -> ResolvedCredentials {
+        ResolvedCredentials {
+            base_url: self.base_url.clone(),
+            stream_url: self.stream_url.clone(),
+            api_key: self.api_key.clone(),
+            environment_id: self.environment_id.clone(),
+            connection: self.connection.clone(),
+            profile: self.profile.clone(),
+            error: self.credential_error.clone(),
+        }
+    }
+
+    /// Connects with `credentials` from now on.
+    pub fn adopt(&mut self, credentials: ResolvedCredentials) {
+        self.base_url = credentials.base_url;
+        self.stream_url = credentials.stream_url;
+        self.api_key = credentials.api_key;
+        self.environment_id = credentials.environment_id;
+        self.connection = credentials.connection;
+        self.profile = credentials.profile;
+        self.credential_error = credentials.error;
     }
 }

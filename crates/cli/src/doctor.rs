@@ -7,9 +7,10 @@
 //! (`hermes`, cli.md §2); the host, the config and the hooks from the read-only `host.probe`
 //! helper run in that Python (Hermes' own config readers; it writes nothing); the shim from its
 //! installed files, hashed as the shim hashes itself (`shim::package_sha256`); the `hermes`
-//! launcher from `PATH`; the credentials through `canon_profiles::resolve_credentials` with the
-//! same inputs `serve --stdio` gives it (the process environment over `<HERMES_HOME>/.env`,
-//! `CANON_HOME`, no platform config), so doctor and the daemon never disagree; and with
+//! launcher from `PATH`; the credentials through `credentials::resolve`, the very call
+//! `serve --stdio` makes, with the inputs it gives it (the process environment over
+//! `<HERMES_HOME>/.env`, `CANON_HOME`, no platform config), so doctor and the daemon never
+//! disagree; and with
 //! `--online` the environment through canon-transport's health check, the one the daemon runs at
 //! connect and `setup` runs before it saves a connection (cli.md §5.3; no API key is sent, the
 //! client doctor builds does not even hold it).
@@ -20,11 +21,8 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use canon_profiles::files::{self, AgentProfiles, CanonPaths, BOOTSTRAP_ENV};
-use canon_profiles::{
-    resolve_credentials, CredentialSource, Credentials, DotEnv, EnvLookup, HermesEnv, Resolution,
-    StoreError,
-};
+use canon_profiles::files::CanonPaths;
+use canon_profiles::{CredentialSource, Credentials, DotEnv, EnvLookup, HermesEnv, Resolution};
 use serde_json::{json, Value};
 
 use crate::exit;
@@ -451,22 +449,14 @@ fn hermes_command(env: &HostEnv, current: Option<&Path>) -> String {
     }
 }
 
-/// Line 12: `canon_profiles::resolve_credentials` over the inputs `serve --stdio` gives it (the
-/// process environment over the profile's `.env`, `CANON_HOME` and the `agents.json` overrides,
-/// the bootstrap merge, no platform config). Unlike the daemon, doctor has no direct test mode:
+/// Line 12: `credentials::resolve`, shared with `serve --stdio`, over the inputs the daemon gives
+/// it (the process environment over the profile's `.env`, `CANON_HOME` and the `agents.json`
+/// overrides, the bootstrap merge, no platform config). Unlike the daemon, doctor has no direct test mode:
 /// a key with URLs and no environment id is reported as the resolver refuses it. The resolved
 /// credentials, for `--online`.
 fn credentials(lookup: &HermesEnv, env: &HostEnv, report: &mut Report<'_>) -> Option<Credentials> {
     let paths = CanonPaths::from_env(lookup, env.home.as_deref());
-    let bootstrap = lookup.var(BOOTSTRAP_ENV);
-    let mut load_agents = || -> Result<AgentProfiles, StoreError> {
-        match &paths {
-            Some(paths) => files::load_agents(&paths.agents, bootstrap.as_deref()),
-            // No home directory and no CANON_HOME: no agents.json to read (as `serve`).
-            None => Ok(AgentProfiles::empty(PathBuf::from("~/.canon/agents.json"))),
-        }
-    };
-    match resolve_credentials(lookup, None, &mut load_agents) {
+    match crate::credentials::resolve(lookup, paths.as_ref(), None) {
         Ok(Resolution::Configured(credentials)) => {
             report.secret(credentials.api_key.expose());
             let value = match &credentials.source {

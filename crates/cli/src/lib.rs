@@ -19,13 +19,15 @@
 //! - `card validate [FILE|-]` (alias `cards validate`): validate one canon.card.v1 card and print
 //!   `{"ok":…,"errors":[…]}` on stdout. Exit 0 valid, 1 invalid, 2 when the input cannot be read
 //!   or is not JSON (cards.md §16.4).
-//! - `send --to <conversation-id|home> [TEXT|-]` ([`send`]): the standalone sender for scripts
+//! - `send --to <conversation-id|home> [TEXT|-|--file PATH]` ([`send`]): the standalone sender for scripts
 //!   and cron outside Hermes (hermes-host.md §15): the daemon's standalone path, one id group of
 //!   byte-split parts, replayable with `--replay` after a failure.
 //! - `dev [--python PATH] [--model-url URL --model NAME] [--script FILE] [--keep]` ([`dev`]):
 //!   the embedded simulator and scripted model, a throwaway Hermes profile (a managed
 //!   hermes-agent venv when none is found), `install`, the gateway, and a terminal chat in which
 //!   the person typing is the Canon human; Ctrl-C stops everything it started.
+//! - `completions <bash|zsh|fish|elvish|powershell>` ([`completions`]): the shell completion
+//!   script, generated from this command line by `clap_complete`, on stdout.
 //! - `serve --stdio` (hidden): the daemon the Python shim spawns; JSON lines of hermes-host.md §19
 //!   on stdin/stdout, logs on stderr; exit 0 on stdin EOF.
 //!
@@ -34,6 +36,8 @@
 
 mod canon;
 mod card;
+mod completions;
+mod credentials;
 mod dev;
 mod doctor;
 mod hermes;
@@ -101,6 +105,8 @@ enum Command {
     Send(send::SendArgs),
     /// Chat with a Hermes agent through a local Canon: no account, no model key needed
     Dev(dev::DevArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish or powershell) on stdout
+    Completions(completions::CompletionsArgs),
     /// Run the daemon the Hermes shim spawns (JSON lines on stdin and stdout)
     #[command(hide = true)]
     Serve {
@@ -141,6 +147,9 @@ pub fn run() -> ExitCode {
         } => card::validate_command(file.as_deref()),
         Command::Send(args) => send::send_command(&args),
         Command::Dev(args) => dev::dev_command(&args),
+        Command::Completions(args) => {
+            completions::completions_command(&args, Cli::command(), &name)
+        }
         Command::Serve { stdio: _ } => serve::serve_command(&["--stdio"]),
     };
     ExitCode::from(code)

@@ -1,5 +1,5 @@
-//! `canon-hermes send --to <conversation-id|home> [TEXT|-]`: the standalone sender for scripts
-//! and cron outside Hermes (hermes-host.md §15, turns.md §4.6, canon-wire.md §8.8).
+//! `canon-hermes send --to <conversation-id|home> [TEXT|-|--file PATH]`: the standalone sender
+//! for scripts and cron outside Hermes (hermes-host.md §15, turns.md §4.6, canon-wire.md §8.8).
 //!
 //! This module only wires. The Hermes home is the profile `--profile`, `HERMES_HOME` or the
 //! `hermes` CLI's rules pick (`hermes::locate_profile`, cli.md §2.1); the configuration is the one
@@ -12,6 +12,7 @@
 //! put a secret in one.
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::path::{Path, PathBuf};
 
 use canon_adapter::standalone::{self, StandaloneError, StandaloneRequest};
 use canon_host::connect::MISSING_CREDENTIALS_MESSAGE;
@@ -39,14 +40,17 @@ Credentials are resolved as the Canon platform resolves them in Hermes: the proc
 then <HERMES_HOME>/.env of the profile (--profile, HERMES_HOME or the active profile): \
 CANON_AGENT or the one Hermes profile of agents.json, or CANON_API_KEY with \
 CANON_ENVIRONMENT_ID. `--to home` sends to CANON_HOME_CHANNEL from the same places. \
-Trailing line breaks are dropped; an empty message is refused.
+The message is TEXT, the UTF-8 file --file PATH, or stdin (TEXT - or none). Trailing line \
+breaks are dropped; an empty message is refused.
 
 Exit status: 0 sent (stdout: `Sent <n> part(s) to <conversation>; last message <id>`), 1 failed \
-(stderr says why and what to do next), 2 usage error or nothing to send.
+(stderr says why and what to do next), 2 usage error, nothing to send, or a message that cannot \
+be read (a missing file, text that is not UTF-8).
 
 Examples:
   canon-hermes send --to home \"Backup finished\"
-  df -h | canon-hermes send --to c-1234 -";
+  df -h | canon-hermes send --to c-1234 -
+  canon-hermes send --to home --file /var/log/backup-summary.txt";
 
 /// `canon-hermes send` (hermes-host.md §15).
 #[derive(Debug, clap::Args)]
@@ -55,9 +59,12 @@ pub(crate) struct SendArgs {
     /// The Canon conversation id to send to, or `home` for CANON_HOME_CHANNEL
     #[arg(long, value_name = "CONVERSATION-ID|home", value_parser = conversation)]
     to: String,
-    /// The message; read from stdin when TEXT is - or absent
+    /// The message; read from stdin when TEXT is - or absent (and there is no --file)
     #[arg(value_name = "TEXT|-")]
     text: Option<String>,
+    /// Read the message from this UTF-8 text file instead of TEXT or stdin
+    #[arg(long, value_name = "PATH", conflicts_with = "text")]
+    file: Option<PathBuf>,
     /// Finish an earlier send that failed: the id group token it printed (standalone:<32 hex>)
     #[arg(long, value_name = "TOKEN", value_parser = replay_token)]
     replay: Option<u128>,
@@ -87,9 +94,13 @@ fn replay_token(raw: &str) -> Result<u128, String> {
 #[derive(Debug, PartialEq, Eq)]
 enum TextError {
     Empty,
+    /// `--file` names an empty (or blank) file.
+    EmptyFile(PathBuf),
     TooLong,
-    NotUtf8,
-    Read(String),
+    /// Not UTF-8: on stdin (`None`) or in this file.
+    NotUtf8(Option<PathBuf>),
+    /// Reading failed: stdin (`None`) or this file, and the error's text.
+    Read(Option<PathBuf>, String),
 }
 
 impl std::fmt::Display for TextError {
@@ -98,18 +109,44 @@ impl std::fmt::Display for TextError {
             TextError::Empty => f.write_str(
                 "nothing to send: the message is empty; pass TEXT or pipe the message on stdin",
             ),
+            TextError::EmptyFile(path) => {
+                write!(f, "nothing to send: {} is empty", path.display())
+            }
             TextError::TooLong => write!(
                 f,
                 "the message is longer than {MAX_TEXT_BYTES} bytes; send it in several runs"
             ),
-            TextError::NotUtf8 => f.write_str("the message on stdin is not UTF-8 text"),
-            TextError::Read(error) => write!(f, "could not read the message from stdin: {error}"),
+            TextError::NotUtf8(None) => f.write_str("the message on stdin is not UTF-8 text"),
+            TextError::NotUtf8(Some(path)) => {
+                write!(f, "the message in {} is not UTF-8 text", path.display())
+            }
+            TextError::Read(None, error) => {
+                write!(f, "could not read the message from stdin: {error}")
+            }
+            TextError::Read(Some(path), error) => {
+                write!(
+                    f,
+                    "could not read the message from {}: {error}",
+                    path.display()
+                )
+            }
         }
     }
 }
 
-/// The message: TEXT, or stdin for `-` or no TEXT (at most [`MAX_TEXT_BYTES`]).
-fn read_text(arg: Option<&str>) -> Result<String, TextError> {
+/// The message: the file `--file` names, TEXT, or stdin for `-` or no TEXT (at most
+/// [`MAX_TEXT_BYTES`]; clap refuses TEXT beside `--file`).
+fn read_text(arg: Option<&str>, file: Option<&Path>) -> Result<String, TextError> {
+    if let Some(path) = file {
+        let bytes = std::fs::File::open(path)
+            .and_then(read_capped)
+            .map_err(|error| TextError::Read(Some(path.to_owned()), error.to_string()))?;
+        let raw = utf8(bytes, Some(path))?;
+        return message(raw).map_err(|error| match error {
+            TextError::Empty => TextError::EmptyFile(path.to_owned()),
+            other => other,
+        });
+    }
     let raw = match arg {
         Some(text) if text != "-" => text.to_owned(),
         _ => {
@@ -120,20 +157,29 @@ fn read_text(arg: Option<&str>) -> Result<String, TextError> {
                     "Reading the message from stdin; end it with Ctrl-D."
                 );
             }
-            let mut bytes = Vec::new();
-            let limit = u64::try_from(MAX_TEXT_BYTES).map_or(u64::MAX, |max| max + 1);
-            stdin
-                .lock()
-                .take(limit)
-                .read_to_end(&mut bytes)
-                .map_err(|error| TextError::Read(error.to_string()))?;
-            if bytes.len() > MAX_TEXT_BYTES {
-                return Err(TextError::TooLong);
-            }
-            String::from_utf8(bytes).map_err(|_| TextError::NotUtf8)?
+            let bytes = read_capped(stdin.lock())
+                .map_err(|error| TextError::Read(None, error.to_string()))?;
+            utf8(bytes, None)?
         }
     };
     message(raw)
+}
+
+/// At most one byte more than [`MAX_TEXT_BYTES`] of `input`, so a longer message is noticed
+/// without reading all of it.
+fn read_capped(input: impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let limit = u64::try_from(MAX_TEXT_BYTES).map_or(u64::MAX, |max| max + 1);
+    input.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The bytes as text: too long, or not UTF-8 (from stdin, `None`, or the file), is refused.
+fn utf8(bytes: Vec<u8>, path: Option<&Path>) -> Result<String, TextError> {
+    if bytes.len() > MAX_TEXT_BYTES {
+        return Err(TextError::TooLong);
+    }
+    String::from_utf8(bytes).map_err(|_| TextError::NotUtf8(path.map(Path::to_owned)))
 }
 
 /// The text to send: trailing line breaks dropped (as a shell's `$(…)` does), refused when
@@ -159,7 +205,7 @@ fn fail(error: &str, next: &str) -> u8 {
 
 /// Runs `send`; returns the exit code (cli.md §1: 0 sent, 1 failed, 2 usage).
 pub(crate) fn send_command(args: &SendArgs) -> u8 {
-    let text = match read_text(args.text.as_deref()) {
+    let text = match read_text(args.text.as_deref(), args.file.as_deref()) {
         Ok(text) => text,
         Err(error) => {
             crate::report_error(&anyhow::anyhow!("{error}"));
@@ -296,6 +342,46 @@ mod tests {
         check(" \t\n ", Err(TextError::Empty));
         check(&"x".repeat(MAX_TEXT_BYTES), Ok(&"x".repeat(MAX_TEXT_BYTES)));
         check(&"x".repeat(MAX_TEXT_BYTES + 1), Err(TextError::TooLong));
+    }
+
+    #[test]
+    fn a_file_is_read_as_utf8_text_with_its_path_in_every_refusal() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("ok.txt"), "Backup finished\nall good\n").expect("write");
+        std::fs::write(path("latin1.txt"), b"caf\xe9\n").expect("write");
+        std::fs::write(path("blank.txt"), " \n\n").expect("write");
+        std::fs::write(path("big.txt"), "x".repeat(MAX_TEXT_BYTES + 1)).expect("write");
+        let read = |name: &str| read_text(None, Some(&path(name)));
+        assert_eq!(read("ok.txt"), Ok("Backup finished\nall good".to_owned()));
+        assert_eq!(
+            read("latin1.txt"),
+            Err(TextError::NotUtf8(Some(path("latin1.txt"))))
+        );
+        assert_eq!(
+            read("blank.txt"),
+            Err(TextError::EmptyFile(path("blank.txt")))
+        );
+        assert_eq!(read("big.txt"), Err(TextError::TooLong));
+        let missing = read("missing.txt").expect_err("no such file");
+        assert!(
+            matches!(&missing, TextError::Read(Some(p), _) if *p == path("missing.txt")),
+            "{missing:?}"
+        );
+        assert_eq!(
+            missing.to_string(),
+            format!(
+                "could not read the message from {}: No such file or directory (os error 2)",
+                path("missing.txt").display()
+            )
+        );
+        assert_eq!(
+            TextError::NotUtf8(Some(path("latin1.txt"))).to_string(),
+            format!(
+                "the message in {} is not UTF-8 text",
+                path("latin1.txt").display()
+            )
+        );
     }
 
     #[test]

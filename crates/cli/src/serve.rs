@@ -1,24 +1,28 @@
 //! `canon-hermes serve --stdio`: the daemon the Python shim spawns (hermes-host.md §19.3).
 //! Reads its configuration from the environment (credentials through `canon_profiles`, the
-//! resolver `setup` and `doctor` share), installs the stderr log subscriber and runs
-//! `canon_adapter::run` over stdin and stdout. The API key never reaches a log line.
+//! resolver `setup` and `doctor` share), gives the adapter a resolver for the platform config
+//! that `adapter.connect` and a `probe` may carry (cli.md §5.1), installs the stderr log
+//! subscriber and runs `canon_adapter::run` over stdin and stdout. The API key never reaches a
+//! log line.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use canon_adapter::config::{self, Config};
+use canon_adapter::config::{self, Config, CredentialResolver, ResolvedCredentials};
 use canon_host::hitl;
 use canon_profiles::environment::is_secure_or_local;
-use canon_profiles::files::{self, AgentProfiles, CanonPaths, BOOTSTRAP_ENV};
+use canon_profiles::files::CanonPaths;
 use canon_profiles::{
-    resolve_credentials, Connection, DotEnv, EnvLookup, HermesEnv, Resolution, StoreError,
+    platform_affects_resolution, DotEnv, EnvLookup, HermesEnv, PlatformConfig, Resolution,
 };
 use canon_wire::ApiKey;
 
-use crate::exit;
+use crate::{credentials, exit};
 
 /// The daemon's environment: the process environment, then `<HERMES_HOME>/.env` (cli.md §5.1,
 /// read by `canon_profiles`), where every Canon setting may also live.
+#[derive(Clone)]
 struct DaemonEnv {
     lookup: HermesEnv,
     home_dir: Option<PathBuf>,
@@ -94,19 +98,9 @@ fn interval_ms(env: &DaemonEnv, name: &str, default: Duration) -> Duration {
         .map_or(default, Duration::from_millis)
 }
 
-/// What the daemon connects with; all empty when nothing resolves.
-#[derive(Default)]
-struct Canon {
-    api_key: Option<ApiKey>,
-    base_url: String,
-    stream_url: String,
-    environment_id: Option<String>,
-    connection: Option<Connection>,
-    profile: Option<String>,
-}
-
-/// The credentials and connection (cli.md §5.1, §5.2), resolved once at start from the
-/// environment (the platform config only reaches the daemon later, with `adapter.connect`).
+/// The credentials and connection (cli.md §5.1, §5.2) from the environment and, when given, a
+/// platform config: at start without one, and again with the platform config of each
+/// `adapter.connect` and of a `probe` that carries one ([`resolver`]).
 ///
 /// Decision: a key with an explicit `CANON_BASE_URL` and `CANON_STREAM_URL` but no
 /// `CANON_ENVIRONMENT_ID` is the direct test mode the daemon has always had (canon-sim on
@@ -114,11 +108,16 @@ struct Canon {
 /// is verified. cli.md §5.1 would refuse that key for want of an environment id; a key without
 /// both URLs still is refused, so a production key alone never skips the trust check. The URLs
 /// must still be `https` or loopback `http`, so the key never travels in clear to another host.
-/// Every other case goes through `canon_profiles::resolve_credentials`. A resolution error is
-/// logged once (no secret reaches it) and leaves the daemon unconfigured: `probe` answers
-/// `configured: false` and `adapter.connect` the missing-credentials fatal. The error's text is
-/// returned beside the empty configuration, for `send`.
-fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> (Canon, Option<String>) {
+/// The test mode is read from the environment only (its variables win over the platform config
+/// anyway). Every other case goes through `credentials::resolve`. A resolution error is logged
+/// (no secret reaches it) and leaves the result unconfigured, with the error's text: `probe`
+/// answers `configured: false` with it, `adapter.connect` the missing-credentials fatal, `send`
+/// prints it.
+fn resolve_canon(
+    env: &DaemonEnv,
+    paths: Option<&CanonPaths>,
+    platform: Option<&PlatformConfig>,
+) -> ResolvedCredentials {
     let value = |name: &str| env.get(name).map(|v| v.trim().to_owned());
     if let (Some(key), None, Some(base_url), Some(stream_url)) = (
         value("CANON_API_KEY"),
@@ -131,31 +130,22 @@ fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> (Canon, Option<
                 "CANON_BASE_URL and CANON_STREAM_URL must use HTTPS (or local HTTP); \
                  the Canon platform stays unconfigured"
             );
-            return (
-                Canon::default(),
-                Some("CANON_BASE_URL and CANON_STREAM_URL must use HTTPS (or local HTTP)".into()),
-            );
+            return ResolvedCredentials {
+                error: Some(
+                    "CANON_BASE_URL and CANON_STREAM_URL must use HTTPS (or local HTTP)".into(),
+                ),
+                ..ResolvedCredentials::default()
+            };
         }
         tracing::info!("Canon credentials: CANON_API_KEY with explicit URLs, no environment check");
-        return (
-            Canon {
-                api_key: Some(ApiKey::new(key)),
-                base_url,
-                stream_url,
-                ..Canon::default()
-            },
-            None,
-        );
+        return ResolvedCredentials {
+            api_key: ApiKey::new(key),
+            base_url,
+            stream_url,
+            ..ResolvedCredentials::default()
+        };
     }
-    let bootstrap = env.raw(BOOTSTRAP_ENV);
-    let mut load_agents = || -> Result<AgentProfiles, StoreError> {
-        match paths {
-            Some(paths) => files::load_agents(&paths.agents, bootstrap.as_deref()),
-            // No home directory and no CANON_HOME: no agents.json to read.
-            None => Ok(AgentProfiles::empty(PathBuf::from("~/.canon/agents.json"))),
-        }
-    };
-    match resolve_credentials(&env.lookup, None, &mut load_agents) {
+    match credentials::resolve(&env.lookup, paths, platform) {
         Ok(Resolution::Configured(credentials)) => {
             let profile = credentials.profile_name().map(str::to_owned);
             let connection = credentials.connection;
@@ -164,31 +154,52 @@ fn resolve_canon(env: &DaemonEnv, paths: Option<&CanonPaths>) -> (Canon, Option<
                 profile = profile.as_deref().unwrap_or(""),
                 "Canon credentials resolved"
             );
-            let canon = Canon {
-                api_key: Some(credentials.api_key),
+            ResolvedCredentials {
+                api_key: credentials.api_key,
                 base_url: connection.base_url.clone(),
                 stream_url: connection.stream_url.clone(),
                 environment_id: Some(connection.environment_id.clone()),
                 connection: Some(connection),
                 profile,
-            };
-            (canon, None)
+                error: None,
+            }
         }
         Ok(Resolution::Unconfigured) => {
             tracing::info!("no Canon credentials configured (CANON_API_KEY or CANON_AGENT)");
-            (Canon::default(), None)
+            ResolvedCredentials::default()
         }
         Err(error) => {
             tracing::error!(%error, "Canon credentials do not resolve; the Canon platform stays unconfigured");
-            (Canon::default(), Some(error.to_string()))
+            ResolvedCredentials {
+                error: Some(error.to_string()),
+                ..ResolvedCredentials::default()
+            }
         }
     }
+}
+
+/// The daemon's resolver of a platform config: [`resolve_canon`] over the environment read at
+/// start. A config that holds no setting the resolver reads (the gateway's own extras, the turn
+/// verbosity: `canon_profiles::platform_affects_resolution`) resolves as no config does, so the
+/// start's result is kept, without reading `agents.json` or logging it again.
+fn resolver(
+    env: DaemonEnv,
+    paths: Option<CanonPaths>,
+    at_start: ResolvedCredentials,
+) -> CredentialResolver {
+    Arc::new(move |platform: &PlatformConfig| {
+        if platform_affects_resolution(platform) {
+            resolve_canon(&env, paths.as_ref(), Some(platform))
+        } else {
+            at_start.clone()
+        }
+    })
 }
 
 /// The daemon configuration: the credentials and connection of [`resolve_canon`]
 /// (`CANON_API_KEY`, `CANON_AGENT`, `CANON_AGENTS_JSON_BOOTSTRAP`, `CANON_AGENTS_FILE`,
 /// `CANON_AGENTS_PATH`, `CANON_ENVIRONMENT_ID`, `CANON_BASE_URL`, `CANON_STREAM_URL`,
-/// `CANON_RTDB_URL`, `CANON_FIREBASE_API_KEY`), `CANON_HOME_CHANNEL`,
+/// `CANON_RTDB_URL`, `CANON_FIREBASE_API_KEY`), `CANON_HOME_CHANNEL`, `CANON_HOME_CHANNEL_NAME`,
 /// `HERMES_ALLOW_PRIVATE_URLS`, `CANON_INBOUND_IMAGE_DELIVERY`,
 /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` and `CANON_TURN_VERBOSITY` (checked at
 /// `adapter.connect`, where they win over the platform extras), `CANON_HOME`,
@@ -209,14 +220,17 @@ pub(crate) fn config_in_home(hermes_home: &Path) -> (Config, Option<String>) {
 
 fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
     let paths = CanonPaths::from_env(&env.lookup, env.home_dir.as_deref());
-    let (canon, error) = resolve_canon(env, paths.as_ref());
+    let canon = resolve_canon(env, paths.as_ref(), None);
+    let error = canon.error.clone();
     let config = Config {
-        base_url: canon.base_url,
-        stream_url: canon.stream_url,
-        api_key: canon.api_key.unwrap_or_else(|| ApiKey::new("")),
-        environment_id: canon.environment_id,
-        connection: canon.connection,
-        profile: canon.profile,
+        base_url: canon.base_url.clone(),
+        stream_url: canon.stream_url.clone(),
+        api_key: canon.api_key.clone(),
+        environment_id: canon.environment_id.clone(),
+        connection: canon.connection.clone(),
+        profile: canon.profile.clone(),
+        credential_error: canon.error.clone(),
+        resolver: Some(resolver(env.clone(), paths.clone(), canon)),
         turn_verbosity: env.raw("CANON_TURN_VERBOSITY"),
         allow_private_urls: env.get("HERMES_ALLOW_PRIVATE_URLS").is_some_and(|v| {
             matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes")
@@ -225,6 +239,7 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
         inbound_visual_media_delivery: env.get("CANON_INBOUND_VISUAL_MEDIA_DELIVERY"),
         canon_home: paths.map(|p| p.canon_home),
         home_channel: env.get("CANON_HOME_CHANNEL"),
+        home_channel_name: env.get("CANON_HOME_CHANNEL_NAME"),
         // The hash of the shim this binary installs: any other shim (an upgraded binary without
         // a new `install`, a hand-edited module) is refused as stale at `hello`.
         manifest_sha256: Some(crate::shim::shim_sha256()),

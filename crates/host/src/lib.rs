@@ -12,6 +12,9 @@
 //! * [`answers`]: how turn-machine answers become protocol replies.
 //! * [`media`]: the inbound-media rules (runtime-control.md §8: delivery
 //!   settings, classification, file names, text markers).
+//! * [`credentials`]: what the session knows of the daemon's Canon
+//!   credentials, and when it has them resolved again with the platform
+//!   config of a connect or a probe (cli.md §5.1).
 //! * [`hitl`]: the rules of Hermes' blocking clarify and exec-approval
 //!   calls as Canon runtime interactions (timeouts, choices, request shapes,
 //!   answer texts).
@@ -35,6 +38,7 @@
 pub mod answers;
 pub mod connect;
 pub mod conversations;
+pub mod credentials;
 pub mod delivery;
 pub mod hitl;
 pub mod inbound;

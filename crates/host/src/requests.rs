@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::connect::MISSING_CREDENTIALS_MESSAGE;
 use crate::conversations::{canon_chat, conversation_type_of, ConversationCache};
+use crate::credentials::CredentialFacts;
 use crate::protocol::{
     ChatInfo, ControlSignal, OpenTurn, ProbeResult, ShimNotification, Signal, ToolCall, PLATFORM,
 };
@@ -83,21 +84,6 @@ pub fn notification_input(note: ShimNotification) -> Option<Input> {
     Some(input)
 }
 
-/// What the daemon's configuration says about Canon, for `probe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProbeFacts<'a> {
-    /// The API key is set.
-    pub api_key_set: bool,
-    /// `CANON_BASE_URL` (may be empty).
-    pub base_url: &'a str,
-    /// `CANON_STREAM_URL` (may be empty).
-    pub stream_url: &'a str,
-    /// `CANON_ENVIRONMENT_ID`, when set.
-    pub environment_id: Option<&'a str>,
-    /// The `agents.json` profile the credentials came from, when one did.
-    pub profile: Option<&'a str>,
-}
-
 /// How a `probe` is answered (hermes-host.md §19.6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProbeStep {
@@ -108,23 +94,70 @@ pub enum ProbeStep {
     Verify(ProbeResult),
 }
 
-/// The probe's result from the configuration: configured when the key and
-/// the base URL are set; a `verify` probe of an unconfigured daemon answers
-/// the missing-credentials error at once. Never carries the key.
+/// The label of the home channel when `CANON_HOME_CHANNEL_NAME` is unset
+/// or blank (cli.md §8.2; exact).
+pub const DEFAULT_HOME_CHANNEL_NAME: &str = "Canon Home";
+
+/// What a `probe` is answered from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeFacts<'a> {
+    /// The credentials (the daemon's, or those of the probe's config).
+    pub credentials: &'a CredentialFacts,
+    /// `CANON_HOME_CHANNEL`, when set.
+    pub home_channel: Option<&'a str>,
+    /// `CANON_HOME_CHANNEL_NAME`, when set.
+    pub home_channel_name: Option<&'a str>,
+}
+
+/// The `seed` of a probe answer, which the shim's `env_enablement_fn`
+/// hands Hermes (hermes-host.md §6, §7.3: the gateway merges it into the
+/// platform config and makes its `home_channel` the platform's home
+/// channel). Only when the credentials resolve, as 0.14.1's
+/// `_env_enablement`, and only the home channel: `CANON_HOME_CHANNEL`
+/// (trimmed) labelled `CANON_HOME_CHANNEL_NAME`, else
+/// [`DEFAULT_HOME_CHANNEL_NAME`]. 0.14.1 also seeded the profile name (or
+/// the key itself), the environment and the URLs; the daemon resolves
+/// those itself, the gateway's merge would put them over the extras of
+/// config.yaml, and the key never crosses the protocol, so they are left
+/// out. `None` when there is nothing to seed.
+pub fn enablement_seed(facts: ProbeFacts<'_>) -> Option<Value> {
+    if !facts.credentials.configured() {
+        return None;
+    }
+    let chat_id = facts
+        .home_channel
+        .map(str::trim)
+        .filter(|c| !c.is_empty())?;
+    let name = facts
+        .home_channel_name
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or(DEFAULT_HOME_CHANNEL_NAME);
+    Some(serde_json::json!({"home_channel": {"chat_id": chat_id, "name": name}}))
+}
+
+/// The probe's result from the credentials: configured when the key and
+/// the base URL are set, with the [`enablement_seed`]. Unconfigured, the
+/// result carries why the credentials did not resolve (the cli.md §5.1
+/// message), and a `verify` probe is answered at once, with the
+/// missing-credentials error when nothing failed. Never carries the key.
 pub fn probe(facts: ProbeFacts<'_>, verify: bool) -> ProbeStep {
-    let configured = facts.api_key_set && !facts.base_url.is_empty();
+    let credentials = facts.credentials;
+    let configured = credentials.configured();
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let mut result = ProbeResult {
         configured,
-        profile: facts.profile.map(str::to_owned),
-        environment_id: facts.environment_id.map(str::to_owned),
-        base_url: non_empty(facts.base_url),
-        stream_url: non_empty(facts.stream_url),
-        seed: None,
+        profile: credentials.profile.clone(),
+        environment_id: credentials.environment_id.clone(),
+        base_url: non_empty(&credentials.base_url),
+        stream_url: non_empty(&credentials.stream_url),
+        seed: enablement_seed(facts).map(canon_wire::secret::Opaque),
         error: None,
     };
-    if verify && !configured {
-        result.error = Some(MISSING_CREDENTIALS_MESSAGE.to_owned());
+    if !configured {
+        result.error = credentials
+            .error
+            .clone()
+            .or_else(|| verify.then(|| MISSING_CREDENTIALS_MESSAGE.to_owned()));
     }
     if verify && configured {
         ProbeStep::Verify(result)
@@ -338,14 +371,23 @@ mod tests {
 
     #[test]
     fn probes_answer_from_the_configuration_and_verify_only_when_configured() {
-        let facts = |key: bool, base: &'static str| ProbeFacts {
-            api_key_set: key,
-            base_url: base,
-            stream_url: "",
-            environment_id: Some("canon-prod-v1"),
-            profile: Some("ops"),
+        let probe = |credentials: &CredentialFacts, verify: bool| {
+            let facts = ProbeFacts {
+                credentials,
+                home_channel: None,
+                home_channel_name: None,
+            };
+            probe(facts, verify)
         };
-        let ProbeStep::Answer(quiet) = probe(facts(true, "https://api"), false) else {
+        let facts = |key: bool, base: &str, error: Option<&str>| CredentialFacts {
+            api_key_set: key,
+            base_url: base.to_owned(),
+            stream_url: String::new(),
+            environment_id: Some("canon-prod-v1".into()),
+            profile: Some("ops".into()),
+            error: error.map(str::to_owned),
+        };
+        let ProbeStep::Answer(quiet) = probe(&facts(true, "https://api", None), false) else {
             panic!("no verify, no check");
         };
         assert!(quiet.configured && quiet.error.is_none());
@@ -354,14 +396,70 @@ mod tests {
         assert_eq!(quiet.environment_id.as_deref(), Some("canon-prod-v1"));
         assert_eq!(quiet.profile.as_deref(), Some("ops"));
         assert!(
-            matches!(probe(facts(true, "https://api"), true), ProbeStep::Verify(r) if r.error.is_none())
+            matches!(probe(&facts(true, "https://api", None), true), ProbeStep::Verify(r) if r.error.is_none())
         );
-        let ProbeStep::Answer(missing) = probe(facts(false, "https://api"), true) else {
+        let ProbeStep::Answer(missing) = probe(&facts(false, "https://api", None), true) else {
             panic!("an unconfigured verify answers at once");
         };
         assert!(!missing.configured);
         assert_eq!(missing.error.as_deref(), Some(MISSING_CREDENTIALS_MESSAGE));
-        assert!(matches!(probe(facts(true, ""), true), ProbeStep::Answer(r) if !r.configured));
+        assert!(
+            matches!(probe(&facts(true, "", None), true), ProbeStep::Answer(r) if !r.configured)
+        );
+        // Nothing configured and nothing wrong: no error without verify.
+        let ProbeStep::Answer(none) = probe(&facts(false, "", None), false) else {
+            panic!("answered");
+        };
+        assert_eq!(none.error, None);
+        // Credentials that failed to resolve say why, with or without verify.
+        let why = "CANON_ENVIRONMENT_ID is required when CANON_API_KEY is used directly";
+        for verify in [false, true] {
+            let ProbeStep::Answer(failed) = probe(&facts(false, "", Some(why)), verify) else {
+                panic!("answered");
+            };
+            assert!(!failed.configured);
+            assert_eq!(failed.error.as_deref(), Some(why));
+        }
+    }
+
+    #[test]
+    fn the_seed_is_the_named_home_channel_when_the_credentials_resolve() {
+        let configured = CredentialFacts {
+            api_key_set: true,
+            base_url: "https://api".into(),
+            ..CredentialFacts::default()
+        };
+        let unconfigured = CredentialFacts::default();
+        let seed = |credentials: &CredentialFacts, home: Option<&str>, name: Option<&str>| {
+            let facts = ProbeFacts {
+                credentials,
+                home_channel: home,
+                home_channel_name: name,
+            };
+            let ProbeStep::Answer(result) = probe(facts, false) else {
+                panic!("answered");
+            };
+            assert_eq!(
+                result.seed.as_ref().map(|s| s.0.clone()),
+                enablement_seed(facts)
+            );
+            enablement_seed(facts)
+        };
+        assert_eq!(
+            seed(&configured, Some(" c-home "), None),
+            Some(json!({"home_channel": {"chat_id": "c-home", "name": "Canon Home"}}))
+        );
+        assert_eq!(
+            seed(&configured, Some("c-home"), Some("Ops Room")),
+            Some(json!({"home_channel": {"chat_id": "c-home", "name": "Ops Room"}}))
+        );
+        assert_eq!(
+            seed(&configured, Some("c-home"), Some("  ")),
+            Some(json!({"home_channel": {"chat_id": "c-home", "name": DEFAULT_HOME_CHANNEL_NAME}}))
+        );
+        assert_eq!(seed(&configured, None, Some("Ops Room")), None);
+        assert_eq!(seed(&configured, Some("  "), None), None);
+        assert_eq!(seed(&unconfigured, Some("c-home"), Some("Ops Room")), None);
     }
 
     #[test]

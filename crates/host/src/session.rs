@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::answers::reply_body;
 use crate::connect::{self, ConnectFailure};
 use crate::conversations::{chat_from_session_key, conversation_type_of, ConversationCache};
+use crate::credentials::{PlatformCredentials, ResolveCall};
 use crate::hitl::table::HitlTable;
 use crate::inbound::{self, EventTable, InboundLanes, PendingEvent};
 use crate::media::{MediaSettings, TrustedScope};
@@ -69,6 +70,10 @@ pub enum SessionEffect {
         /// What to create and poll.
         start: Box<HitlStart>,
     },
+    /// Resolve the credentials with a platform config (cli.md §5.1);
+    /// adopt them when the call says so; report
+    /// [`SessionInput::CredentialsResolved`].
+    ResolveCredentials(Box<ResolveCall>),
     /// Answer this `probe` after one check of Canon (the environment when
     /// one is configured, else `GET /agents/me`), with the check's error in
     /// the result ([`handle::probe_answer`]).
@@ -79,6 +84,9 @@ pub enum SessionEffect {
         re: &'static str,
         /// The result from the configuration.
         result: Box<ProbeResult>,
+        /// The probe's platform config, whose credentials the check uses
+        /// (resolved again); `None`: the daemon's own.
+        platform: Option<Box<PlatformCredentials>>,
     },
     /// Verify the environment when one is configured, then `GET
     /// /agents/me` and `GET /conversations`; report

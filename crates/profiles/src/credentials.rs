@@ -137,22 +137,61 @@ pub enum Resolution {
     Unconfigured,
 }
 
+/// The settings the resolver reads, as (key, variable) pairs (cli.md §5.1): the API key, the
+/// environment id and the four endpoint overrides of rule 1. Each may come from env, and from a
+/// platform config's extras under the key, the lowercased variable or the variable.
+pub const CREDENTIAL_SETTINGS: [(&str, &str); 6] = [
+    ("api_key", "CANON_API_KEY"),
+    ("environment_id", "CANON_ENVIRONMENT_ID"),
+    ("base_url", "CANON_BASE_URL"),
+    ("stream_url", "CANON_STREAM_URL"),
+    ("rtdb_url", "CANON_RTDB_URL"),
+    ("firebase_api_key", "CANON_FIREBASE_API_KEY"),
+];
+
 /// The direct key's connection settings of cli.md §5.1 rule 1: the environment id and the four
 /// endpoint overrides, each from env, then the platform extras.
 fn direct_connection_inputs(
     env: &dyn EnvLookup,
     platform: Option<&PlatformConfig>,
 ) -> (Option<String>, ConnectionOverrides) {
-    let get = |key: &str, name: &str| setting(env, platform, key, name);
+    let [_, environment_id, base_url, stream_url, rtdb_url, firebase_api_key] =
+        CREDENTIAL_SETTINGS.map(|(key, name)| setting(env, platform, key, name));
     (
-        get("environment_id", "CANON_ENVIRONMENT_ID"),
+        environment_id,
         ConnectionOverrides {
-            base_url: get("base_url", "CANON_BASE_URL"),
-            stream_url: get("stream_url", "CANON_STREAM_URL"),
-            rtdb_url: get("rtdb_url", "CANON_RTDB_URL"),
-            firebase_api_key: get("firebase_api_key", "CANON_FIREBASE_API_KEY"),
+            base_url,
+            stream_url,
+            rtdb_url,
+            firebase_api_key,
         },
     )
+}
+
+/// Whether resolving with `platform` can differ from resolving without it (cli.md §5.1): it
+/// holds a non-blank `api_key` or `token`, or a non-blank string extra under a name the
+/// resolver reads (a setting of [`CREDENTIAL_SETTINGS`] under any of its three spellings, or a
+/// profile name of [`PROFILE_NAME_EXTRAS`]). Other extras (`turn_verbosity`, the gateway's
+/// `group_sessions_per_user`) never change the credentials, so a caller that already resolved
+/// without a platform config may keep that result.
+pub fn platform_affects_resolution(platform: &PlatformConfig) -> bool {
+    let secret = [&platform.api_key, &platform.token]
+        .into_iter()
+        .flatten()
+        .any(|key| non_blank(key.expose()).is_some());
+    let named = |key: &str| {
+        platform
+            .extra
+            .get(key)
+            .and_then(Value::as_str)
+            .and_then(non_blank)
+            .is_some()
+    };
+    secret
+        || PROFILE_NAME_EXTRAS.into_iter().any(named)
+        || CREDENTIAL_SETTINGS
+            .into_iter()
+            .any(|(key, name)| named(key) || named(&name.to_ascii_lowercase()) || named(name))
 }
 
 /// The named profile, if any: env `CANON_AGENT` (trimmed), else the first of the platform
@@ -180,7 +219,8 @@ pub fn resolve_credentials(
     platform: Option<&PlatformConfig>,
     load_agents: &mut dyn FnMut() -> Result<AgentProfiles, StoreError>,
 ) -> Result<Resolution, CredentialError> {
-    if let Some(key) = setting(env, platform, "api_key", "CANON_API_KEY") {
+    let (key, name) = CREDENTIAL_SETTINGS[0];
+    if let Some(key) = setting(env, platform, key, name) {
         let (environment_id, overrides) = direct_connection_inputs(env, platform);
         let environment_id = environment_id.ok_or(CredentialError::DirectKeyWithoutEnvironment)?;
         let connection = resolve_connection(&environment_id, &overrides)?;

@@ -43,8 +43,8 @@ mod text;
 pub mod timestamp;
 
 pub use credentials::{
-    resolve_credentials, CredentialError, CredentialSource, Credentials, ProfileIdentity,
-    Resolution,
+    platform_affects_resolution, resolve_credentials, CredentialError, CredentialSource,
+    Credentials, ProfileIdentity, Resolution,
 };
 pub use env::{DotEnv, EnvLookup, HermesEnv, PlatformConfig};
 pub use environment::{

@@ -34,6 +34,7 @@ use crate::tasks::{
 use crate::Config;
 
 mod connection;
+mod credentials;
 mod hitl_tasks;
 mod media_tasks;
 mod probe;
@@ -271,14 +272,11 @@ fn session_config(config: &Config) -> SessionConfig {
         daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
         manifest_sha256: config.manifest_sha256.clone(),
         home_channel: config.home_channel.clone(),
+        home_channel_name: config.home_channel_name.clone(),
         inbound_image_delivery: config.inbound_image_delivery.clone(),
         inbound_visual_media_delivery: config.inbound_visual_media_delivery.clone(),
         turn_verbosity: config.turn_verbosity.clone(),
-        profile: config.profile.clone(),
-        api_key_set: !config.api_key.expose().is_empty(),
-        base_url: config.base_url.clone(),
-        stream_url: config.stream_url.clone(),
-        environment_id: config.environment_id.clone(),
+        credentials: config.credentials().facts(),
         clarify_timeout: config.clarify_timeout,
         approval_timeout: config.approval_timeout,
     }
@@ -380,8 +378,24 @@ impl Driver {
             SessionEffect::StartHitl { id, re, start } => {
                 return self.start_hitl(id, re, *start).await
             }
-            SessionEffect::VerifyProbe { id, re, result } => {
-                self.verify_probe(id, re, *result).await
+            SessionEffect::ResolveCredentials(call) => {
+                let resolved = self.resolve(&call.platform).await;
+                let facts = resolved.facts();
+                if call.adopt {
+                    self.config.adopt(resolved);
+                    // The client holds the old key and URLs.
+                    self.client = None;
+                }
+                return Some(SessionInput::CredentialsResolved { call, facts });
+            }
+            SessionEffect::VerifyProbe {
+                id,
+                re,
+                result,
+                platform,
+            } => {
+                self.verify_probe(id, re, *result, platform.as_deref())
+                    .await
             }
             SessionEffect::Connect(call) => {
                 let result = self.connect_calls().await;

@@ -4,19 +4,31 @@
 
 use super::*;
 use crate::config::PROBE_VERIFY_BUDGET;
+use canon_host::credentials::PlatformCredentials;
 use canon_host::protocol::ProbeResult;
 use canon_host::session::handle::probe_answer;
 
 impl Driver {
     /// Checks Canon once (the environment when one is configured, else
     /// `GET /agents/me`) and answers the probe with the check's error.
+    /// With `platform`, the check uses the credentials of that config
+    /// (resolved again), not the daemon's.
     pub(super) async fn verify_probe(
         &mut self,
         id: String,
         re: &'static str,
         mut result: ProbeResult,
+        platform: Option<&PlatformCredentials>,
     ) {
-        let client = match self.client() {
+        let (client, config) = match platform {
+            None => (self.client(), self.config.clone()),
+            Some(platform) => {
+                let mut config = self.config.clone();
+                config.adopt(self.resolve(platform).await);
+                (client_for(&config), config)
+            }
+        };
+        let client = match client {
             Ok(client) => client,
             Err(error) => {
                 result.error = Some(error.to_string());
@@ -25,7 +37,6 @@ impl Driver {
             }
         };
         let out = self.out.clone();
-        let config = self.config.clone();
         self.spawn_background(async move {
             let check = async {
                 if config.environment_id.is_some() {

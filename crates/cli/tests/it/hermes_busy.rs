@@ -697,13 +697,15 @@ shim.register(ctx)
 print(inspect.iscoroutinefunction(ctx.kw['standalone_sender_fn']))
 print(ctx.kw['check_fn'](), shim.SUPERVISOR.child is None)
 "#;
+    // The check is the daemon's resolver, never the variable alone (cli.md §5.1): a bare key
+    // without an environment id does not resolve, and asking spawned the child.
     let with_key = shim_python(code, &[("CANON_API_KEY", "k")]);
     assert_eq!(
         with_key.lines().collect::<Vec<_>>(),
-        ["True", "True True"],
-        "no child is spawned when the key is in the environment"
+        ["True", "False False"],
+        "the daemon is asked even when a key is in the environment"
     );
-    // Without credentials the check asks the daemon; a binary that cannot answer means False.
+    // A binary that cannot answer means False.
     let without = shim_python(code, &[("CANON_HERMES_BIN", "/bin/false")]);
     assert_eq!(without.lines().nth(1), Some("False True"), "{without}");
 }

@@ -1,12 +1,13 @@
 //! Delivery of answers end to end with a real Hermes gateway (scenario in
-//! `hermes_support.rs`): long answers in ordered parts, the replay of an ambiguous final, and a
-//! cron job's standalone delivery.
+//! `hermes_support.rs`): long answers in ordered parts, the replay of an ambiguous final, a
+//! cron job's standalone delivery, and the home channel Hermes is told about.
 //!
 //! | scenario | spec |
 //! |---|---|
 //! | 20 KB answer: ordered parts, one `turn_complete` | canon-wire.md §8.4, turns.md §3–4 |
 //! | ambiguous failure of the final: replay under the same id | turns.md §4.4, §4.7 |
 //! | cron job to the home channel: untruncated parts, one standalone id group via `send_to` | hermes-host.md §15, turns.md §4.6 |
+//! | the home channel reaches Hermes under `CANON_HOME_CHANNEL_NAME` (default `Canon Home`) | cli.md §8.2, hermes-host.md §7.3 |
 
 use std::time::Duration;
 
@@ -381,6 +382,57 @@ async fn real_gateway_cron_job_delivers_to_the_home_channel() {
         assert_eq!(
             send.body["envelope"],
             json!({"conversationId": HOME_CHANNEL, "idempotencyKey": client_id})
+        );
+    }
+}
+
+/// The text of every message the model was sent, joined.
+fn model_prompts(sc: &Scenario) -> String {
+    let mut out = String::new();
+    for request in sc.model.requests() {
+        for message in request["messages"].as_array().into_iter().flatten() {
+            if let Some(text) = message["content"].as_str() {
+                out.push_str(text);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// cli.md §8.2: `CANON_HOME_CHANNEL_NAME` labels the home channel, default `Canon Home`. The
+/// shim's `env_enablement_fn` hands Hermes the daemon's seed (hermes-host.md §7.3), so the
+/// gateway's Canon home channel is `CANON_HOME_CHANNEL` under that name: Hermes lists it in the
+/// agent's system prompt among the home channels and the cron delivery targets.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_home_channel_carries_its_name() {
+    for (name, shown) in [(Some("Ops Room"), "Ops Room"), (None, "Canon Home")] {
+        let mut env = vec![("CANON_HOME_CHANNEL".to_owned(), HOME_CHANNEL.to_owned())];
+        if let Some(name) = name {
+            env.push(("CANON_HOME_CHANNEL_NAME".to_owned(), name.to_owned()));
+        }
+        let sc = Scenario::start(
+            json!([{"match": {}, "reply": {"text": ANSWER}}]),
+            GatewayOptions {
+                env,
+                ..GatewayOptions::default()
+            },
+        )
+        .await;
+        sc.inject(Injection {
+            text: Some("where do reports go?".into()),
+            ..Injection::default()
+        });
+        sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+        let prompts = model_prompts(&sc);
+        // Hermes quotes these values as untrusted text.
+        assert!(
+            prompts.contains(&format!("canon: \"{shown}\" (ID: \"{HOME_CHANNEL}\")")),
+            "{prompts}"
+        );
+        assert!(
+            prompts.contains(&format!("`\"canon\"` → Home channel (\"{shown}\")")),
+            "{prompts}"
         );
     }
 }

@@ -5,6 +5,8 @@
 //! | scenario | spec |
 //! |---|---|
 //! | message during the startup restore: one Canon turn for the no-op pass and the replay | hermes-host.md §9.5 |
+//! | the key of config.yaml's `platforms.canon.api_key` connects the platform | cli.md §5.1 |
+//! | the shim's readiness check is the daemon's resolver: a bare key fails it, with the reason logged | cli.md §5.1 |
 
 use std::process::Command;
 use std::time::Duration;
@@ -14,7 +16,9 @@ use canon_sim::control::Injection;
 use canon_sim::{Sim, DEFAULT_CONVERSATION};
 use serde_json::json;
 
-use super::gateway_support::{shim_prelude, shim_source, start_gateway, ANSWER, TURN};
+use super::gateway_support::{
+    shim_prelude, shim_source, start_gateway, start_gateway_with, GatewayOptions, ANSWER, TURN,
+};
 use super::hermes_support::{is_turn_complete, model_server, state_sequence, Scenario};
 
 /// hermes-host.md §9.5: a message that arrives while Hermes runs its startup restore gets a
@@ -76,6 +80,60 @@ async fn real_gateway_message_during_startup_restore_is_one_turn() {
     assert!(is_turn_complete(&messages[0]), "{:#}", messages[0]);
     assert_eq!(messages[0]["text"], ANSWER);
     assert_eq!(messages[0]["replyTo"], inbound_id.as_str());
+}
+
+/// cli.md §5.1: in the gateway the platform config comes before the env defaults. The only
+/// credentials in the environment are an `agents.json` profile whose key Canon does not know
+/// (enough for the shim's readiness check, which has no config); config.yaml's
+/// `platforms.canon` gives the real key as `api_key` and the environment and URLs as extras.
+/// The shim hands them to the daemon with `adapter.connect`, which connects with them: with the
+/// profile's key Canon would refuse the connect and the platform would never be connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_connects_with_the_config_yaml_api_key() {
+    let sim = Sim::start(SimConfig::for_tests())
+        .await
+        .expect("the simulator starts");
+    let model = model_server(json!([{"match": {}, "reply": {"text": ANSWER}}])).await;
+    let canon_home = tempfile::tempdir().expect("scratch dir");
+    let mut agents = sim.agents_json("stale");
+    agents["stale"]["apiKey"] = json!("sk-stale-unknown-to-canon");
+    std::fs::write(canon_home.path().join("agents.json"), agents.to_string()).expect("write");
+    let options = GatewayOptions {
+        platform_lines: format!(
+            "    api_key: {}\n    extra:\n      environment_id: canon-dev-v1\n      \
+             base_url: {}\n      stream_url: {}\n",
+            sim.api_key(),
+            sim.base_url(),
+            sim.stream_url()
+        ),
+        env: vec![
+            ("CANON_API_KEY".into(), String::new()),
+            ("CANON_BASE_URL".into(), String::new()),
+            ("CANON_STREAM_URL".into(), String::new()),
+            (
+                "CANON_HOME".into(),
+                canon_home.path().to_str().expect("UTF-8").to_owned(),
+            ),
+        ],
+        ..GatewayOptions::default()
+    };
+    let gateway = tokio::task::block_in_place(|| start_gateway_with(&sim, &model, &options));
+    let me = sim.journal(0, Some("/agents/me"));
+    assert!(!me.is_empty(), "{}", gateway.log_tail());
+    for entry in &me {
+        let auth = entry
+            .headers
+            .iter()
+            .find(|(name, _)| name == "authorization")
+            .map(|(_, value)| value.as_str());
+        assert_eq!(auth, Some("Bearer a-hermes"), "the config.yaml key");
+    }
+    assert_eq!(
+        sim.journal(0, Some("/healthz/")).len(),
+        me.len(),
+        "each connect verified the environment first"
+    );
+    drop(gateway);
 }
 
 /// Runs `code` in the venv's Python with the shim package loaded as module `shim`; returns stdout.
@@ -155,6 +213,77 @@ fn shim_registers_a_failing_platform_on_an_unaudited_host() {
             refusal("not installed"),
         ]
     );
+}
+
+/// The installed shim's `check_requirements()` (Hermes' `check_fn`) in the venv's Python with
+/// `env`, the real daemon behind it: what it returned and what the `canon_hermes` loggers wrote.
+fn readiness(env: &[(&str, &str)]) -> (String, String) {
+    let home = tempfile::tempdir().expect("scratch dir");
+    let hermes_home = home.path().join("hermes");
+    std::fs::create_dir_all(&hermes_home).expect("the profile home");
+    super::gateway_support::install_shim(&hermes_home);
+    let prelude = shim_prelude(&hermes_home.join("plugins/canon-hermes"));
+    let code = "import logging\n\
+         logging.basicConfig(level=logging.INFO, format='%(name)s %(levelname)s %(message)s')\n\
+         print(shim.check_requirements())\n";
+    let mut command = Command::new(super::gateway_support::hermes_python());
+    command
+        .args(["-c", &format!("{prelude}{code}")])
+        .env("HERMES_HOME", &hermes_home)
+        .env("HOME", home.path())
+        .env("CANON_HERMES_BIN", env!("CARGO_BIN_EXE_canon-hermes"))
+        .env("CANON_AGENTS_FILE", home.path().join("no-agents.json"))
+        .env("RUST_LOG", "info");
+    for name in [
+        "CANON_API_KEY",
+        "CANON_ENVIRONMENT_ID",
+        "CANON_BASE_URL",
+        "CANON_STREAM_URL",
+        "CANON_AGENT",
+        "CANON_AGENTS_JSON_BOOTSTRAP",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    let out = command.output().expect("the venv python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}{stderr}");
+    (stdout.trim().to_owned(), stderr)
+}
+
+/// cli.md §5.1: a bare `CANON_API_KEY` without `CANON_ENVIRONMENT_ID` does not resolve, so
+/// Hermes' `check_fn` must fail (the gateway then logs `Platform 'Canon' requirements not met`
+/// and never starts the platform) instead of passing on the variable alone and failing at
+/// connect. The shim asks the daemon's probe, whose answer names the rule, and logs it; the key
+/// is never logged. With the environment id the same key resolves (offline: the packaged URLs
+/// are not contacted).
+#[test]
+fn shim_readiness_check_asks_the_daemons_resolver() {
+    let key = "sk-bare-key-never-logged";
+    let (ready, log) = readiness(&[("CANON_API_KEY", key)]);
+    assert_eq!(ready, "False", "{log}");
+    assert!(
+        log.contains(
+            "canon_hermes WARNING canon-hermes: Canon credentials do not resolve: \
+             CANON_ENVIRONMENT_ID is required when CANON_API_KEY is used directly"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains(key), "{log}");
+
+    let (ready, log) = readiness(&[
+        ("CANON_API_KEY", key),
+        ("CANON_ENVIRONMENT_ID", "canon-prod-v1"),
+    ]);
+    assert_eq!(ready, "True", "{log}");
+    assert!(!log.contains("do not resolve"), "{log}");
+    assert!(!log.contains(key), "{log}");
+
+    // Nothing configured at all: not ready, and nothing to explain.
+    let (ready, log) = readiness(&[]);
+    assert_eq!(ready, "False", "{log}");
+    assert!(!log.contains("do not resolve"), "{log}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Test modules of the `canon-hermes` binary.
 
 mod card_validate;
+mod completions;
 mod dev;
 mod doctor;
 mod gateway_support;

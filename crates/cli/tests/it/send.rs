@@ -1,7 +1,7 @@
 //! `canon-hermes send` (hermes-host.md §15, turns.md §4.6, canon-wire.md §8.8), the real binary
 //! against canon-sim: credentials resolved as `serve` resolves them (the simulator's
 //! `--print-env` lines: an environment id, so the health check runs), one standalone id group
-//! through `send_to`, the byte split of a long message, stdin, `--to home` from a profile's
+//! through `send_to`, the byte split of a long message, stdin, `--file`, `--to home` from a profile's
 //! `.env`, an ambiguous failure retried inside the run and one finished by `--replay`, each
 //! without a duplicate, and the refusals. No output of any run contains the API key.
 
@@ -251,6 +251,79 @@ async fn stdin_is_the_message_for_dash_and_for_no_text() {
         assert_eq!(message["text"], "disk /srv: 91% used\ndisk /var: 40% used");
     }
     assert_ne!(parts[0].0, parts[1].0, "two invocations, two id groups");
+}
+
+/// `--file PATH` reads the message from a UTF-8 file (its trailing line breaks dropped, as for
+/// stdin). A file that cannot be read or is not UTF-8, and TEXT beside `--file`, are refused
+/// before anything reaches Canon, with exit 2 like every other message that cannot be read.
+#[tokio::test(flavor = "multi_thread")]
+async fn file_is_the_message_and_an_unreadable_one_is_refused() {
+    let sim = sim().await;
+    let env = sim_env(&sim);
+    let key = sim.api_key();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = |name: &str| dir.path().join(name).to_str().expect("UTF-8").to_owned();
+    std::fs::write(path("latin1.txt"), b"caf\xe9 ol\xe9\n").expect("write");
+    let refusals = [
+        (
+            vec!["--file".to_owned(), path("missing.txt")],
+            format!(
+                "canon-hermes: could not read the message from {}: No such file or directory \
+                 (os error 2)\n",
+                path("missing.txt")
+            ),
+        ),
+        (
+            vec!["--file".to_owned(), path("latin1.txt")],
+            format!(
+                "canon-hermes: the message in {} is not UTF-8 text\n",
+                path("latin1.txt")
+            ),
+        ),
+    ];
+    for (args, stderr) in refusals {
+        let mut all = vec!["--to", DEFAULT_CONVERSATION];
+        all.extend(args.iter().map(String::as_str));
+        let run = run_send(&all, &env, "", &key).await;
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.output());
+        assert_eq!(run.stderr, stderr);
+        assert_eq!(run.stdout, "");
+    }
+    let run = run_send(
+        &[
+            "--to",
+            DEFAULT_CONVERSATION,
+            "--file",
+            &path("latin1.txt"),
+            "hi",
+        ],
+        &env,
+        "",
+        &key,
+    )
+    .await;
+    assert_eq!(run.code, Some(2), "{}", run.output());
+    assert!(
+        run.stderr.contains("cannot be used with"),
+        "{}",
+        run.output()
+    );
+    assert!(sim.journal(0, None).is_empty(), "nothing reached Canon");
+
+    let text = "Nightly backup: 3 files, 12 MB\nÉtat : terminé ✓";
+    std::fs::write(path("summary.txt"), format!("{text}\n\n")).expect("write");
+    let run = run_send(
+        &["--to", DEFAULT_CONVERSATION, "--file", &path("summary.txt")],
+        &env,
+        "stdin is not read",
+        &key,
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.output());
+    let parts = stored_parts(&sim);
+    assert_eq!(parts.len(), 1, "{}", run.output());
+    assert_eq!(parts[0].1["text"], text);
+    assert_eq!(run.stdout, summary(1, &parts[0].1["id"]));
 }
 
 /// cli.md §8.1: `--to home` is `CANON_HOME_CHANNEL`, read like the credentials from the

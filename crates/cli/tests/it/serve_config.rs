@@ -4,7 +4,9 @@
 //! health check; a bare key with a packaged environment id taking the packaged URLs; a
 //! non-packaged environment whose project comes from the health check and binds the RTDB URL;
 //! credentials that do not resolve leaving the daemon unconfigured with one log line and no
-//! secret; and `CANON_TURN_VERBOSITY` (refused when unknown, quiet turns publish no live bubble).
+//! secret; the platform config of `adapter.connect` (its `api_key`, an `extra.agent` profile, a
+//! profile it names that is missing); and `CANON_TURN_VERBOSITY` (refused when unknown, quiet
+//! turns publish no live bubble).
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -268,6 +270,158 @@ async fn unresolved_credentials_leave_the_daemon_unconfigured_and_log_why_once()
     assert!(sim.journal(0, None).is_empty(), "nothing reached Canon");
 }
 
+/// The `authorization` header of the daemon's one `GET /agents/me`, as the simulator journals
+/// it (the agent the key belongs to, never the key).
+fn me_authorization(sim: &SimHandle) -> Option<String> {
+    let me = sim.journal(0, Some("/agents/me"));
+    assert_eq!(me.len(), 1, "one GET /agents/me");
+    me[0]
+        .headers
+        .iter()
+        .find(|(name, _)| name == "authorization")
+        .map(|(_, value)| value.clone())
+}
+
+/// `adapter.connect` with this platform config (Hermes' `platforms.canon`: `extra`, `api_key`,
+/// `token`) and the host settings Hermes sends; the response.
+async fn connect_with_platform(shim: &mut Shim, config: Value) -> Value {
+    shim.try_connect_with(config, json!({"streaming_enabled": true}))
+        .await
+}
+
+/// cli.md §5.1: in the gateway the platform config comes before the env defaults. Here the key
+/// reaches the daemon only as the connect's `api_key`, the environment and URLs only as extras:
+/// the daemon, unconfigured at start, connects with them after the environment's health check
+/// and keeps them (its `check_fn` probe now answers configured).
+#[tokio::test(flavor = "multi_thread")]
+async fn platform_config_api_key_connects() {
+    let sim = sim().await;
+    let home = tempfile::tempdir().expect("temp dir");
+    let mut shim = Shim::spawn_in(&sim, home, &NO_DIRECT);
+    assert_eq!(shim.hello().await["ok"], true);
+    assert_eq!(
+        probe(&mut shim).await,
+        json!({"configured": false, "seed": null})
+    );
+    let connect = connect_with_platform(
+        &mut shim,
+        json!({"extra": {"environment_id": "canon-dev-v1", "base_url": sim.base_url(),
+                         "CANON_STREAM_URL": sim.stream_url(), "turn_verbosity": "auto"},
+               "api_key": sim.api_key(), "typing_indicator": true}),
+    )
+    .await;
+    assert_eq!(connect["body"]["connected"], true, "{connect}");
+    assert_eq!(
+        requests(&sim, "/healthz/"),
+        1,
+        "the environment was verified"
+    );
+    assert_eq!(requests(&sim, "/health"), 1);
+    assert_eq!(
+        me_authorization(&sim),
+        Some(format!("Bearer {DEFAULT_AGENT}")),
+        "the platform config's key"
+    );
+    assert_eq!(
+        probe(&mut shim).await,
+        json!({"configured": true, "environment_id": "canon-dev-v1",
+               "base_url": sim.base_url(), "stream_url": sim.stream_url(), "seed": null})
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// cli.md §5.1 rule 2: `extra.agent` names the `agents.json` profile when `CANON_AGENT` is
+/// unset. With two Hermes profiles the environment alone resolves nothing (it names none);
+/// the connect's extra picks one and the daemon connects with that profile's key.
+#[tokio::test(flavor = "multi_thread")]
+async fn platform_config_agent_names_the_profile() {
+    let sim = sim().await;
+    let home = tempfile::tempdir().expect("temp dir");
+    let mut agents = sim.agents_json(PROFILE);
+    let mut other = agents[PROFILE].clone();
+    other["apiKey"] = json!("sk-other-profile-never-used");
+    agents["other"] = other;
+    std::fs::write(home.path().join("agents.json"), agents.to_string()).expect("write");
+    let mut shim = Shim::spawn_in(&sim, home, &NO_DIRECT);
+    assert_eq!(shim.hello().await["ok"], true);
+    assert_eq!(
+        probe(&mut shim).await,
+        json!({"configured": false, "seed": null,
+               "error": "Multiple Canon profiles are available. Set CANON_AGENT to choose one."})
+    );
+    let connect = connect_with_platform(
+        &mut shim,
+        json!({"extra": {"agent": PROFILE}, "typing_indicator": true}),
+    )
+    .await;
+    assert_eq!(connect["body"]["connected"], true, "{connect}");
+    // The other profile's key is unknown to Canon: only the named one connects.
+    assert_eq!(
+        me_authorization(&sim),
+        Some(format!("Bearer {DEFAULT_AGENT}")),
+        "the named profile's key"
+    );
+    assert_eq!(probe(&mut shim).await["profile"], PROFILE);
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// A profile the platform config names but `agents.json` lacks: the connect is refused with
+/// the exact `missing_api_key` fatal of cli.md §5.1, the resolver's exact message is logged
+/// once and is what a probe of that config answers, and nothing reaches Canon. The daemon's
+/// own profile (the only one, so it resolved at start) is not used instead.
+#[tokio::test(flavor = "multi_thread")]
+async fn platform_config_profile_that_is_missing_refuses_the_connect() {
+    let sim = sim().await;
+    let home = home_with_profile(&sim, json!({}));
+    let agents_path = home.path().join("agents.json");
+    let not_found = format!(
+        "Canon profile \"ghost\" not found in {}. Set CANON_AGENTS_JSON_BOOTSTRAP, set \
+         CANON_API_KEY, or re-run registration.",
+        agents_path.display()
+    );
+    let home_text = path_of(home.path());
+    let mut env = NO_DIRECT.to_vec();
+    env.push(("CANON_HOME", &home_text));
+    let mut shim = spawn_captured(&sim, &env);
+    assert_eq!(shim.hello().await["ok"], true);
+    assert_eq!(
+        probe(&mut shim).await["profile"],
+        PROFILE,
+        "resolved at start"
+    );
+    let asked = shim
+        .request(
+            "probe",
+            json!({"config": {"extra": {"agent": "ghost"}, "enabled": true}, "verify": false}),
+        )
+        .await;
+    assert_eq!(
+        asked["body"],
+        json!({"configured": false, "seed": null, "error": not_found})
+    );
+    let connect = connect_with_platform(
+        &mut shim,
+        json!({"extra": {"agent": "ghost"}, "typing_indicator": true}),
+    )
+    .await;
+    assert_eq!(
+        connect["body"],
+        json!({"connected": false, "fatal": {"code": "missing_api_key",
+               "message": "CANON_API_KEY, config.api_key, or CANON_AGENT profile is required \
+                           for the Canon platform",
+               "retryable": false}}),
+        "{connect}"
+    );
+    assert_eq!(probe(&mut shim).await["error"], not_found.as_str());
+    let stderr = close_captured(shim).await;
+    // Once for the probe of that config, once for the connect.
+    assert_eq!(stderr.matches(not_found.as_str()).count(), 2, "{stderr}");
+    for secret in [sim.api_key(), "other-runtime-key".to_owned()] {
+        assert!(!stderr.contains(&secret), "{stderr}");
+    }
+    assert!(sim.journal(0, None).is_empty(), "nothing reached Canon");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_turn_verbosity_refuses_the_adapter_before_any_canon_call() {
     let sim = sim().await;
@@ -357,4 +511,35 @@ async fn configured_verbosity_reaches_the_turns() {
         streamed_turn(&[], json!({"turn_verbosity": "quiet"})).await,
         0
     );
+}
+
+/// cli.md §8.2 and hermes-host.md §7.3: the probe's seed, which the shim's
+/// `env_enablement_fn` hands Hermes, is the home channel `CANON_HOME_CHANNEL` labelled
+/// `CANON_HOME_CHANNEL_NAME` (default `Canon Home`); there is none without credentials.
+#[tokio::test(flavor = "multi_thread")]
+async fn probe_seed_is_the_named_home_channel() {
+    let sim = sim().await;
+    for (env, seed) in [
+        (
+            vec![
+                ("CANON_HOME_CHANNEL", " c-home "),
+                ("CANON_HOME_CHANNEL_NAME", "Ops Room"),
+            ],
+            json!({"home_channel": {"chat_id": "c-home", "name": "Ops Room"}}),
+        ),
+        (
+            vec![("CANON_HOME_CHANNEL", "c-home")],
+            json!({"home_channel": {"chat_id": "c-home", "name": "Canon Home"}}),
+        ),
+        (vec![("CANON_HOME_CHANNEL_NAME", "Ops Room")], Value::Null),
+        (
+            vec![("CANON_HOME_CHANNEL", "c-home"), ("CANON_API_KEY", "")],
+            Value::Null,
+        ),
+    ] {
+        let mut shim = Shim::spawn_with(&sim, &env);
+        assert_eq!(shim.hello().await["ok"], true);
+        assert_eq!(probe(&mut shim).await["seed"], seed, "{env:?}");
+        assert_eq!(shim.close().await, Some(0));
+    }
 }

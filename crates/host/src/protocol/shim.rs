@@ -79,6 +79,13 @@ pub struct ConnectConfig {
     /// `reply_to_mode`.
     #[serde(default)]
     pub reply_to_mode: Option<String>,
+    /// `api_key` of the platform config (read after `CANON_API_KEY`,
+    /// cli.md §5.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<Secret>,
+    /// `token` of the platform config (read when `api_key` is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
 }
 
 /// Host settings that shape the adapter (hermes-host.md §19.6, Q10).

@@ -20,6 +20,7 @@ use super::{
 };
 use crate::answers::upload_failed;
 use crate::connect::{self, ConnectFailure};
+use crate::credentials::{CredentialFacts, PlatformCredentials, ResolveCall, ResolvePurpose};
 use crate::hitl::table::HitlOutcome;
 use crate::hitl::{self};
 use crate::inbound::finish_inbound;
@@ -45,24 +46,23 @@ pub struct SessionConfig {
     /// The manifest hash the daemon expects, when configured (else the
     /// shim's own is accepted).
     pub manifest_sha256: Option<String>,
-    /// `CANON_HOME_CHANNEL`, for standalone sends without a target.
+    /// `CANON_HOME_CHANNEL`, for standalone sends without a target and
+    /// the probe's seed.
     pub home_channel: Option<String>,
+    /// `CANON_HOME_CHANNEL_NAME`, the home channel's label in the probe's
+    /// seed.
+    pub home_channel_name: Option<String>,
     /// `HERMES_CANON_INBOUND_IMAGE_DELIVERY`, when set.
     pub inbound_image_delivery: Option<String>,
     /// `HERMES_CANON_INBOUND_VISUAL_MEDIA_DELIVERY`, when set.
     pub inbound_visual_media_delivery: Option<String>,
     /// `CANON_TURN_VERBOSITY` as set (checked at `adapter.connect`).
     pub turn_verbosity: Option<String>,
-    /// The `agents.json` profile the credentials came from, when one did.
-    pub profile: Option<String>,
-    /// The API key is set (its value never reaches the session).
-    pub api_key_set: bool,
-    /// `CANON_BASE_URL` (may be empty).
-    pub base_url: String,
-    /// `CANON_STREAM_URL` (may be empty).
-    pub stream_url: String,
-    /// `CANON_ENVIRONMENT_ID`, when set.
-    pub environment_id: Option<String>,
+    /// The credentials the daemon connects with: those resolved at start
+    /// from the environment, replaced by each `adapter.connect`'s
+    /// resolution with its platform config (the key never reaches the
+    /// session).
+    pub credentials: CredentialFacts,
     /// How long a blocking clarify waits for its human.
     pub clarify_timeout: Duration,
     /// How long a blocking exec approval waits for its human.
@@ -140,6 +140,13 @@ pub enum SessionInput {
         key: u64,
         /// How.
         outcome: HitlOutcome,
+    },
+    /// A [`SessionEffect::ResolveCredentials`] finished.
+    CredentialsResolved {
+        /// The call, as the effect carried it.
+        call: Box<ResolveCall>,
+        /// What the resolution gave.
+        facts: CredentialFacts,
     },
     /// The connect calls of [`SessionEffect::Connect`] finished.
     ConnectDone {
@@ -327,6 +334,9 @@ impl Session {
                 effects.push(SessionEffect::Frame(self.request_line(finished.request)));
                 effects
             }
+            SessionInput::CredentialsResolved { call, facts } => {
+                self.credentials_resolved(*call, facts)
+            }
             SessionInput::ConnectDone { call, result } => self.connect_done(call, result),
             SessionInput::Timeout => self.feed(Input::Timeout, now_ms),
         }
@@ -428,50 +438,33 @@ impl Session {
     ) -> Vec<SessionEffect> {
         let re = request.type_name();
         match request {
-            ShimRequest::Probe(probe) => {
-                let facts = ProbeFacts {
-                    api_key_set: config.api_key_set,
-                    base_url: &config.base_url,
-                    stream_url: &config.stream_url,
-                    environment_id: config.environment_id.as_deref(),
-                    profile: config.profile.as_deref(),
-                };
-                match requests::probe(facts, probe.verify) {
-                    ProbeStep::Answer(result) => {
-                        vec![SessionEffect::Frame(probe_answer(&id, re, result))]
-                    }
-                    ProbeStep::Verify(result) => vec![SessionEffect::VerifyProbe {
-                        id,
-                        re,
-                        result: Box::new(result),
-                    }],
-                }
-            }
+            // A probe with a config asks about that config (cli.md §5.1:
+            // the platform config comes before env defaults); `check_fn`'s
+            // probe carries none and is answered from what the daemon has.
+            ShimRequest::Probe(probe) => match &probe.config {
+                Some(platform) => vec![SessionEffect::ResolveCredentials(Box::new(
+                    ResolveCall::probe(id, re, probe.verify, platform),
+                ))],
+                None => probe_step(
+                    id,
+                    re,
+                    probe_facts(config, &config.credentials),
+                    probe.verify,
+                    None,
+                ),
+            },
+            // The connect's platform config may name the key, the profile or
+            // the environment (cli.md §5.1): resolve with it, then connect.
             ShimRequest::AdapterConnect(request) => {
                 self.host_approvals_timeout = request.host.approvals_timeout_s;
-                let facts = ConnectFacts {
-                    inbound_image_delivery: config.inbound_image_delivery.as_deref(),
-                    inbound_visual_media_delivery: config.inbound_visual_media_delivery.as_deref(),
-                    turn_verbosity: config.turn_verbosity.as_deref(),
-                    api_key_set: config.api_key_set,
-                    base_url_set: !config.base_url.is_empty(),
+                let call = ConnectCall {
+                    id,
+                    re,
+                    busy_handler: request.seams.busy_handler,
                 };
-                match self.connect_start(facts, &request.config.extra.0) {
-                    Ok(()) => vec![SessionEffect::Connect(ConnectCall {
-                        id,
-                        re,
-                        busy_handler: request.seams.busy_handler,
-                    })],
-                    Err(refused) => {
-                        self.connected = refused.connected;
-                        let body = ShimResponse::AdapterConnect(refused).to_body();
-                        vec![SessionEffect::Frame(protocol::encode_response(
-                            &id,
-                            re,
-                            Ok(body),
-                        ))]
-                    }
-                }
+                vec![SessionEffect::ResolveCredentials(Box::new(
+                    ResolveCall::connect(call, &request.config),
+                ))]
             }
             ShimRequest::AdapterDisconnect(_) => {
                 // No wire call: the loops just stop (canon-wire.md §8.1).
@@ -609,6 +602,53 @@ impl Session {
                     .into_iter()
                     .collect()
             }
+        }
+    }
+
+    /// The credentials of a connect or a probe were resolved. A connect
+    /// adopts them, then checks its settings and makes the connect calls
+    /// (or answers the refusal: an invalid setting, or `missing_api_key`
+    /// when nothing resolved); a probe is answered from them.
+    fn credentials_resolved(
+        &mut self,
+        call: ResolveCall,
+        facts: CredentialFacts,
+    ) -> Vec<SessionEffect> {
+        if call.adopt {
+            self.config.credentials = facts.clone();
+        }
+        match call.purpose {
+            ResolvePurpose::Connect(connect) => {
+                let config = std::mem::take(&mut self.config);
+                let settings = ConnectFacts {
+                    inbound_image_delivery: config.inbound_image_delivery.as_deref(),
+                    inbound_visual_media_delivery: config.inbound_visual_media_delivery.as_deref(),
+                    turn_verbosity: config.turn_verbosity.as_deref(),
+                    api_key_set: facts.api_key_set,
+                    base_url_set: !facts.base_url.is_empty(),
+                };
+                let started = self.connect_start(settings, &call.platform.extra);
+                self.config = config;
+                match started {
+                    Ok(()) => vec![SessionEffect::Connect(connect)],
+                    Err(refused) => {
+                        self.connected = refused.connected;
+                        let body = ShimResponse::AdapterConnect(refused).to_body();
+                        vec![SessionEffect::Frame(protocol::encode_response(
+                            &connect.id,
+                            connect.re,
+                            Ok(body),
+                        ))]
+                    }
+                }
+            }
+            ResolvePurpose::Probe { id, re, verify } => probe_step(
+                id,
+                re,
+                probe_facts(&self.config, &facts),
+                verify,
+                Some(call.platform),
+            ),
         }
     }
 
@@ -765,6 +805,36 @@ pub fn not_connected(id: &str, re: &str) -> SessionEffect {
 pub fn send_result_frame(id: &str, re: &str, result: SendResult) -> SessionEffect {
     let body = serde_json::to_value(result).unwrap_or_else(|_| Value::Object(Default::default()));
     SessionEffect::Frame(protocol::encode_response(id, re, Ok(body)))
+}
+
+/// How a `probe` is answered from these credentials: at once, or after one
+/// check of Canon with the same credentials (`platform`: resolved again
+/// from the probe's config; `None`: the daemon's own).
+fn probe_step(
+    id: String,
+    re: &'static str,
+    facts: ProbeFacts<'_>,
+    verify: bool,
+    platform: Option<PlatformCredentials>,
+) -> Vec<SessionEffect> {
+    match requests::probe(facts, verify) {
+        ProbeStep::Answer(result) => vec![SessionEffect::Frame(probe_answer(&id, re, result))],
+        ProbeStep::Verify(result) => vec![SessionEffect::VerifyProbe {
+            id,
+            re,
+            result: Box::new(result),
+            platform: platform.map(Box::new),
+        }],
+    }
+}
+
+/// What a probe with these credentials is answered from.
+fn probe_facts<'a>(config: &'a SessionConfig, credentials: &'a CredentialFacts) -> ProbeFacts<'a> {
+    ProbeFacts {
+        credentials,
+        home_channel: config.home_channel.as_deref(),
+        home_channel_name: config.home_channel_name.as_deref(),
+    }
 }
 
 /// The line answering a `probe` with its result (the shell sets the

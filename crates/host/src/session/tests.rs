@@ -142,9 +142,12 @@ const FACTS: RequestFacts<'static> = RequestFacts {
 fn config() -> SessionConfig {
     SessionConfig {
         daemon_version: "0.1.0".into(),
-        api_key_set: true,
-        base_url: "https://canon.test/api/v1".into(),
-        stream_url: "https://canon.test/api/v1/events".into(),
+        credentials: crate::credentials::CredentialFacts {
+            api_key_set: true,
+            base_url: "https://canon.test/api/v1".into(),
+            stream_url: "https://canon.test/api/v1/events".into(),
+            ..Default::default()
+        },
         clarify_timeout: std::time::Duration::from_secs(300),
         approval_timeout: std::time::Duration::from_secs(60),
         ..SessionConfig::default()
@@ -302,7 +305,19 @@ fn describe(effect: &SessionEffect) -> String {
                 start.key, start.conversation_id
             )
         }
-        SessionEffect::VerifyProbe { id, .. } => format!("verify probe {id}"),
+        SessionEffect::ResolveCredentials(call) => {
+            let purpose = match &call.purpose {
+                crate::credentials::ResolvePurpose::Connect(connect) => {
+                    format!("connect {}", connect.id)
+                }
+                crate::credentials::ResolvePurpose::Probe { id, .. } => format!("probe {id}"),
+            };
+            format!("resolve credentials for {purpose} adopt={}", call.adopt)
+        }
+        SessionEffect::VerifyProbe { id, platform, .. } => match platform {
+            Some(_) => format!("verify probe {id} with its config"),
+            None => format!("verify probe {id}"),
+        },
         SessionEffect::Connect(call) => {
             format!("connect {} busy_handler={}", call.id, call.busy_handler)
         }

@@ -365,3 +365,43 @@ fn saved_entry_resolves_back() {
     assert_eq!(c.connection, connection);
     assert_eq!(c.api_key.expose(), "sk-new");
 }
+
+#[test]
+fn only_credential_settings_of_a_platform_config_affect_resolution() {
+    let with = |api_key: Option<&str>, token: Option<&str>, extra: Value| PlatformConfig {
+        api_key: api_key.map(ApiKey::new),
+        token: token.map(ApiKey::new),
+        extra: extra.as_object().cloned().expect("object"),
+    };
+    // What the gateway hands a bare `enabled: true` block, and settings of other rules.
+    for platform in [
+        with(None, None, json!({})),
+        with(
+            None,
+            None,
+            json!({"group_sessions_per_user": true, "thread_sessions_per_user": false,
+                   "turn_verbosity": "quiet", "inbound_image_delivery": "model"}),
+        ),
+        with(Some(" "), Some(""), json!({"agent": "  ", "base_url": 7})),
+    ] {
+        assert!(!platform_affects_resolution(&platform), "{platform:?}");
+        // And indeed it resolves as no platform config does.
+        let file = json!({"ops": profile(json!({}))});
+        assert_eq!(
+            configured(resolve(&[], Some(&platform), file.clone())),
+            configured(resolve(&[], None, file))
+        );
+    }
+    for platform in [
+        with(Some("sk"), None, json!({})),
+        with(None, Some("tok"), json!({})),
+        with(None, None, json!({"agent": "ops"})),
+        with(None, None, json!({"CANON_AGENT": "ops"})),
+        with(None, None, json!({"environment_id": "canon-dev-v1"})),
+        with(None, None, json!({"canon_stream_url": "https://s"})),
+        with(None, None, json!({"CANON_FIREBASE_API_KEY": "fk"})),
+        with(None, None, json!({"canon_api_key": "sk"})),
+    ] {
+        assert!(platform_affects_resolution(&platform), "{platform:?}");
+    }
+}

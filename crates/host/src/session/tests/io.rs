@@ -8,6 +8,7 @@
 use canon_wire::types::{InteractionCreated, InteractionResult, RuntimeSignal};
 
 use super::*;
+use crate::credentials::{CredentialFacts, ResolvePurpose};
 use crate::hitl::table::HitlOutcome;
 
 fn object(value: Value) -> serde_json::Map<String, Value> {
@@ -48,9 +49,26 @@ fn frame_body(effects: &[SessionEffect]) -> Value {
 }
 
 impl Daemon {
+    /// `adapter.connect` with `body`, its credentials resolved (as the shell
+    /// reports them) to `facts`; the effects after the resolution.
+    fn connect_resolved(&mut self, body: Value, facts: CredentialFacts) -> Vec<SessionEffect> {
+        let effects = self.handle_effects(SessionInput::Line(
+            protocol::encode_request("s:c", "adapter.connect", body).into_bytes(),
+        ));
+        let [SessionEffect::ResolveCredentials(call)] = effects.as_slice() else {
+            panic!("the credentials are resolved first: {effects:?}");
+        };
+        self.handle_effects(SessionInput::CredentialsResolved {
+            call: call.clone(),
+            facts,
+        })
+    }
+
     /// `adapter.connect` answered by Canon with `me` and `conversations`.
     fn connect_with(&mut self, conversations: Value) -> Vec<String> {
-        let asked = self.request("s:c", "adapter.connect", connect_body());
+        let facts = self.session.config.credentials.clone();
+        let asked = self.connect_resolved(connect_body(), facts);
+        let asked: Vec<String> = asked.iter().map(describe).collect();
         assert_eq!(asked, ["connect s:c busy_handler=true"]);
         let call = ConnectCall {
             id: "s:c".into(),
@@ -97,7 +115,8 @@ fn connect_caches_the_conversations_and_opens_the_connection() {
 fn a_failed_connect_call_answers_a_fatal_and_opens_nothing() {
     for (status, code, retryable) in [(401, "auth_failed", false), (503, "connect_failed", true)] {
         let mut daemon = Daemon::connected();
-        daemon.request("s:c", "adapter.connect", connect_body());
+        let facts = daemon.session.config.credentials.clone();
+        daemon.connect_resolved(connect_body(), facts);
         let effects = daemon.handle_effects(SessionInput::ConnectDone {
             call: ConnectCall {
                 id: "s:c".into(),
@@ -126,9 +145,8 @@ fn a_failed_connect_call_answers_a_fatal_and_opens_nothing() {
 fn an_invalid_media_setting_refuses_the_connect_without_a_call() {
     let mut daemon = Daemon::connected();
     daemon.session.config.inbound_image_delivery = Some("sometimes".into());
-    let effects = daemon.handle_effects(SessionInput::Line(
-        protocol::encode_request("s:c", "adapter.connect", connect_body()).into_bytes(),
-    ));
+    let facts = daemon.session.config.credentials.clone();
+    let effects = daemon.connect_resolved(connect_body(), facts);
     assert_eq!(effects.len(), 1, "no connect effect: {effects:?}");
     let body = frame_body(&effects)["body"].clone();
     assert_eq!(body["connected"], json!(false));
@@ -621,4 +639,113 @@ fn an_out_of_turn_send_is_one_durable_delivery_answered_after_it() {
         result: Ok(Some("msg-1".into())),
     });
     assert_eq!(only(&answered, "reply "), ["reply s:1 adapter.send"]);
+}
+
+/// `platform_config_api_key_connects` and `platform_config_profile_that_is_missing_refuses_the_connect`
+/// in `serve_config.rs`: a connect resolves its credentials with its platform config, adopts
+/// what it gets, and connects with it or answers `missing_api_key`.
+#[test]
+fn a_connect_resolves_with_its_platform_config_and_adopts_the_result() {
+    let mut daemon = Daemon::connected();
+    daemon.session.config.credentials = CredentialFacts::default();
+    let body = json!({"adapter_instance": 1,
+                      "config": {"extra": {"agent": "ops"}, "api_key": "sk-config"},
+                      "host": {}, "seams": {"busy_handler": true}});
+    let asked = daemon.handle_effects(SessionInput::Line(
+        protocol::encode_request("s:c", "adapter.connect", body.clone()).into_bytes(),
+    ));
+    let [SessionEffect::ResolveCredentials(call)] = asked.as_slice() else {
+        panic!("{asked:?}");
+    };
+    assert!(call.adopt);
+    assert_eq!(call.platform.extra, json!({"agent": "ops"}));
+    assert_eq!(
+        call.platform.api_key.as_ref().map(|k| k.expose()),
+        Some("sk-config")
+    );
+    assert!(matches!(&call.purpose, ResolvePurpose::Connect(c) if c.id == "s:c" && c.busy_handler));
+
+    // Resolved: adopted, and the connect calls run.
+    let resolved = CredentialFacts {
+        api_key_set: true,
+        base_url: "https://api".into(),
+        stream_url: "https://stream".into(),
+        environment_id: Some("canon-dev-v1".into()),
+        profile: Some("ops".into()),
+        error: None,
+    };
+    let effects = daemon.handle_effects(SessionInput::CredentialsResolved {
+        call: call.clone(),
+        facts: resolved.clone(),
+    });
+    assert_eq!(
+        effects.iter().map(describe).collect::<Vec<_>>(),
+        ["connect s:c busy_handler=true"]
+    );
+    assert_eq!(daemon.session.config.credentials, resolved);
+    // `check_fn`'s probe now answers from the adopted credentials.
+    let probe = daemon.handle_effects(SessionInput::Line(
+        protocol::encode_request("s:p", "probe", json!({"config": null})).into_bytes(),
+    ));
+    assert_eq!(frame_body(&probe)["body"]["profile"], json!("ops"));
+
+    // Not resolved: adopted too (the daemon is unconfigured now), and refused.
+    let failed = CredentialFacts {
+        error: Some("Canon profile \"ghost\" not found".into()),
+        ..CredentialFacts::default()
+    };
+    let effects = daemon.connect_resolved(body, failed.clone());
+    assert_eq!(
+        frame_body(&effects)["body"],
+        json!({"connected": false, "fatal": {"code": "missing_api_key",
+               "message": connect::MISSING_CREDENTIALS_MESSAGE, "retryable": false}})
+    );
+    assert_eq!(daemon.session.config.credentials, failed);
+    assert!(!daemon.session.connected);
+}
+
+/// A probe with a config is answered from its own resolution, which the daemon does not adopt;
+/// a verifying one is checked with those credentials.
+#[test]
+fn a_probe_with_a_config_is_answered_from_its_resolution_without_adopting_it() {
+    let mut daemon = Daemon::connected();
+    let before = daemon.session.config.credentials.clone();
+    let probe = |verify: bool| {
+        protocol::encode_request(
+            "s:p",
+            "probe",
+            json!({"config": {"extra": {"agent": "ghost"}, "enabled": true}, "verify": verify}),
+        )
+        .into_bytes()
+    };
+    let asked = daemon.handle_effects(SessionInput::Line(probe(false)));
+    let [SessionEffect::ResolveCredentials(call)] = asked.as_slice() else {
+        panic!("{asked:?}");
+    };
+    assert!(!call.adopt);
+    let why =
+        "Canon profile \"ghost\" not found in /h/agents.json. Set CANON_AGENTS_JSON_BOOTSTRAP, \
+               set CANON_API_KEY, or re-run registration.";
+    let answer = daemon.handle_effects(SessionInput::CredentialsResolved {
+        call: call.clone(),
+        facts: CredentialFacts {
+            error: Some(why.into()),
+            ..CredentialFacts::default()
+        },
+    });
+    assert_eq!(
+        frame_body(&answer)["body"],
+        json!({"configured": false, "seed": null, "error": why})
+    );
+    assert_eq!(daemon.session.config.credentials, before, "not adopted");
+
+    let asked = daemon.handle_effects(SessionInput::Line(probe(true)));
+    let [SessionEffect::ResolveCredentials(call)] = asked.as_slice() else {
+        panic!("{asked:?}");
+    };
+    let verify = daemon.handle(SessionInput::CredentialsResolved {
+        call: call.clone(),
+        facts: before.clone(),
+    });
+    assert_eq!(verify, ["verify probe s:p with its config"]);
 }

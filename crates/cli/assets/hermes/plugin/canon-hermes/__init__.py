@@ -3,15 +3,14 @@
 Every gateway call becomes one JSON-lines frame to the Rust daemon (hermes-host.md §19); the
 daemon's requests become Hermes calls. All Canon logic lives in the daemon; this package only holds
 what needs Hermes objects or this process. This module is what Hermes imports: `register()` (the
-host-version gate, the hooks, the skill, the platform entry), the tool hooks, the cheap
-requirements check and the out-of-process `standalone_send`. The rest is in `_daemon.py` (the child process and its
-supervision), `_adapter.py` (the adapter class, imported only inside Hermes), `_busy.py` (the
-busy-input seam), `_tools.py` (the model-facing Canon tools) and `_constants.py` (what the shim shares with the Rust side). Standard library
-only.
+host-version gate, the hooks, the skill, the platform entry), the tool hooks, the requirements
+check and the home-channel seed (both the daemon's probe) and the out-of-process
+`standalone_send`. The rest is in `_daemon.py` (the child process and its supervision),
+`_adapter.py` (the adapter class, imported only inside Hermes), `_busy.py` (the busy-input seam),
+`_tools.py` (the model-facing Canon tools) and `_constants.py` (what the shim shares with the Rust side). Standard library only.
 """
 
 import logging
-import os
 
 from ._constants import (AUDITED_HERMES, AUDITED_PYTHON, MAX_MESSAGE_LENGTH, PLATFORM, STANDALONE_ERROR_PREFIX,
                          STANDALONE_FAILED, TIMEOUTS)
@@ -64,15 +63,33 @@ def _hook(kind):
     return forward
 
 
-def check_requirements():
-    """Cheap: credentials in the environment, else the daemon's offline `probe`."""
-    if os.environ.get("CANON_API_KEY"):
-        return True
+def _probe():
+    """The daemon's offline `probe` without a config (hermes-host.md §19.6); {} when it fails. A
+    crash loop of the previous adapter's child does not refuse it: the gateway checks readiness
+    before each reconnect with a fresh adapter, whose connect starts a fresh count."""
     try:
-        probe = SUPERVISOR.get().call("probe", {"config": None, "verify": False}, TIMEOUTS["probe"])
-        return bool(probe.get("configured"))
-    except Exception:
-        return False
+        d = SUPERVISOR.get(new_attempt=True)
+        return d.call("probe", {"config": None, "verify": False}, TIMEOUTS["probe"])
+    except Exception as exc:
+        log.warning("canon-hermes: readiness probe failed: %s", exc)
+        return {}
+
+
+def check_requirements():
+    """The daemon's offline `probe` decides: its resolver (cli.md §5.1), not a look at one variable
+    (a bare CANON_API_KEY without CANON_ENVIRONMENT_ID does not resolve). Cheap: the gateway needs
+    the daemon anyway, and the probe makes no network call. Why it fails is logged."""
+    probe = _probe()
+    if not probe.get("configured") and probe.get("error"):
+        log.warning("canon-hermes: Canon credentials do not resolve: %s", probe["error"])
+    return bool(probe.get("configured"))
+
+
+def env_enablement():
+    """Hermes' `env_enablement_fn`: the probe's seed (the home channel from CANON_HOME_CHANNEL,
+    labelled CANON_HOME_CHANNEL_NAME; hermes-host.md §7.3), or None."""
+    seed = _probe().get("seed")
+    return seed if isinstance(seed, dict) else None
 
 
 async def standalone_send(pconfig, chat_id, message, *, thread_id=None, media_files=None, force_document=False):
@@ -127,4 +144,5 @@ def register(ctx):
     register_tools(ctx, check_requirements)
     ctx.register_platform(
         name=PLATFORM, label=platform.get("label", "Canon"), adapter_factory=lambda cfg: adapter_class(cfg),
-        check_fn=check_requirements, standalone_sender_fn=standalone_send, **entry)
+        check_fn=check_requirements, env_enablement_fn=env_enablement, standalone_sender_fn=standalone_send,
+        **entry)

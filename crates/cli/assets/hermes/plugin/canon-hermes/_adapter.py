@@ -117,9 +117,12 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
     # ----- connection -----
 
     def _connect_body(self, is_reconnect):
+        # `api_key` and `token` are credentials the daemon's resolver reads after CANON_API_KEY
+        # (cli.md §5.1); a non-string value is no setting.
+        secrets = {k: v for k in ("api_key", "token") if isinstance(v := getattr(self.config, k, None), str)}
         return {"is_reconnect": is_reconnect, "adapter_instance": self._instance,
-                "config": {"extra": dict(getattr(self.config, "extra", None) or {}),
-                           "typing_indicator": getattr(self.config, "typing_indicator", True)},
+                "config": dict(secrets, extra=dict(getattr(self.config, "extra", None) or {}),
+                               typing_indicator=getattr(self.config, "typing_indicator", True)),
                 "host": dict(_hitl_settings(), streaming_enabled=True,
                              busy_input_mode=getattr(self._runner, "_busy_input_mode", None)),
                 "seams": {"busy_handler": self._routing, "dequeue_ack": self._wrapper_owned()}}

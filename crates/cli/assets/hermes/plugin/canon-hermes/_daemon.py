@@ -309,12 +309,14 @@ class Supervisor:
         d = self.child
         return d if d is not None and d.alive() else None
 
-    def get(self):
-        """The live child, spawned (and the connected adapter resynced) when needed. Blocking."""
+    def get(self, new_attempt=False):
+        """The live child, spawned (and the connected adapter resynced) when needed. Blocking.
+        A crash loop refuses the spawn, except for a `new_attempt`: the readiness check before
+        the gateway's reconnect builds a fresh adapter (hermes-host.md §19.10)."""
         with self.lock:
             if self.peek() is not None:
                 return self.child
-            if self.halted:
+            if self.halted and not new_attempt:
                 raise DaemonError("daemon_crash_loop", CRASH_LOOP, True)
             respawn, adapter = self.child is not None, self.adapter
             d = Daemon(self._crashed)
