@@ -19,17 +19,24 @@ async fn handshake_is_required_first_and_then_negotiated() {
     assert_eq!(hello["body"]["protocol"], 1);
     assert_eq!(hello["body"]["daemon_version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(hello["body"]["epoch"].as_str().map(str::len), Some(16));
+    // A Canon tool the daemon does not have is the model's error, not a protocol error.
     let unsupported = shim
         .request(
             "tool.call",
             json!({"name": "canon_communicate", "args": {}}),
         )
         .await;
-    assert_eq!(unsupported["ok"], false);
-    assert_eq!(unsupported["error"]["code"], "internal");
-    assert!(unsupported["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.contains("not supported")));
+    assert_eq!(unsupported["ok"], true, "{unsupported}");
+    let result: serde_json::Value = serde_json::from_str(
+        unsupported["body"]["result"]
+            .as_str()
+            .expect("a result string"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        result,
+        json!({"error": "Unknown Canon tool: canon_communicate", "success": false})
+    );
     let unknown = shim.request("no.such.type", json!({})).await;
     assert_eq!(unknown["error"]["code"], "unknown_type");
     assert_eq!(shim.close().await, Some(0));

@@ -1284,7 +1284,9 @@ async fn the_command_line_surface() {
     };
     let help = stdout(&run(&["--help"]));
     assert!(
-        help.contains("setup    Register or reconnect a Canon agent profile"),
+        help.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")
+                == "setup Register or reconnect a Canon agent profile"),
         "{help}"
     );
     let out = run(&["setup", "--help"]);
