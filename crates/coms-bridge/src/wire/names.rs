@@ -55,6 +55,19 @@ pub fn validate_peer(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
+/// Whether `name` is a Hermes profile id: `^[a-z0-9][a-z0-9_-]{0,63}$` (hermes-agent 0.19.0
+/// `profiles.py`). Hermes does not consume a `--profile` value outside that rule, and every send
+/// then fails with a usage error, so the daemon and the controller both require it
+/// (coms-bridge.md §5.1 DEVIATION, §15 open question 10).
+pub fn is_hermes_profile(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    (1..=64).contains(&bytes.len())
+        && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +102,16 @@ mod tests {
             validate_peer("projects").unwrap_err().to_string(),
             r#"Invalid reserved coms name: "projects""#
         );
+    }
+
+    #[test]
+    fn hermes_profile_rule() {
+        for good in ["default", "gateway-prod", "a", "0_x", &"a".repeat(64)] {
+            assert!(is_hermes_profile(good), "{good}");
+        }
+        for bad in ["", "Default", "gateway.prod", "-a", "_a", "a b", &"a".repeat(65)] {
+            assert!(!is_hermes_profile(bad), "{bad}");
+        }
     }
 
     proptest! {
