@@ -94,7 +94,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => {
             use clap::error::ErrorKind;
-            if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            if matches!(
+                error.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) {
                 let _ = error.print();
                 return ExitCode::SUCCESS;
             }
@@ -143,7 +146,10 @@ fn run_daemon(args: DaemonArgs) -> ExitCode {
         Ok(config) => config,
         Err(error) => return fail(&error.to_string()),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the runtime: {error}")),
     };
@@ -154,7 +160,12 @@ fn run_daemon(args: DaemonArgs) -> ExitCode {
 }
 
 fn controller(args: &ControlArgs) -> ExitCode {
-    let request = match control::parse_request(&args.positionals, args.profile.as_deref(), args.force, args.restart) {
+    let request = match control::parse_request(
+        &args.positionals,
+        args.profile.as_deref(),
+        args.force,
+        args.restart,
+    ) {
         Ok(request) => request,
         Err(error) => return fail(&error.to_string()),
     };
@@ -180,7 +191,9 @@ fn controller(args: &ControlArgs) -> ExitCode {
     };
     match control::run(&request, &mut ctx) {
         Ok(outcome) => {
-            let _ = std::io::stdout().lock().write_all(outcome.render().as_bytes());
+            let _ = std::io::stdout()
+                .lock()
+                .write_all(outcome.render().as_bytes());
             ExitCode::SUCCESS
         }
         Err(error) => fail(&error.to_string()),

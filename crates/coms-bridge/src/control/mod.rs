@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 pub use parse::{
-    herdr_json, profile_path, project_from_process_info, running_gateways, skill_enabled, strip_ansi,
-    tool_enabled,
+    herdr_json, profile_path, project_from_process_info, running_gateways, skill_enabled,
+    strip_ansi, tool_enabled,
 };
 pub use skill::{ensure_real_dir, fingerprint_dir, install_tree, SkillTree};
 
@@ -109,7 +109,11 @@ pub fn parse_request(
     force: bool,
     restart: bool,
 ) -> Result<Request, ControlError> {
-    let shape = || ControlError::Usage("Expected install, status, or an on/off action with one Telegram ID.".into());
+    let shape = || {
+        ControlError::Usage(
+            "Expected install, status, or an on/off action with one Telegram ID.".into(),
+        )
+    };
     let (action, id) = match positionals {
         [a] if a == "install" => (Action::Install, None),
         [a] if a == "status" => (Action::Status, None),
@@ -118,17 +122,23 @@ pub fn parse_request(
         _ => return Err(shape()),
     };
     if (force || restart) && action != Action::Install {
-        return Err(ControlError::Usage("--force and --restart are valid only with install.".into()));
+        return Err(ControlError::Usage(
+            "--force and --restart are valid only with install.".into(),
+        ));
     }
     if id.is_some_and(|id| !is_telegram_id(id)) {
         return Err(ControlError::Usage(
-            "Telegram ID must be digits, optionally followed by a colon and a numeric topic ID.".into(),
+            "Telegram ID must be digits, optionally followed by a colon and a numeric topic ID."
+                .into(),
         ));
     }
     Ok(Request {
         action,
         target: id.map(|id| format!("telegram:{id}")),
-        profile: profile.map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned),
+        profile: profile
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned),
         force,
         restart,
     })
@@ -340,11 +350,23 @@ impl Outcome {
                 line(format!("Hermes Telegram status ({})", i.profile));
                 line(format!("  profile: {}", i.path.display()));
                 line(format!("  gateway: {}", running(i.gateway_running)));
-                line(format!("  hub-liaison: {}, {}", i.skill_state.as_str(), enabled(i.skill_enabled)));
-                line(format!("  Telegram tools: terminal={}, file={}", enabled(i.terminal), enabled(i.file)));
+                line(format!(
+                    "  hub-liaison: {}, {}",
+                    i.skill_state.as_str(),
+                    enabled(i.skill_enabled)
+                ));
+                line(format!(
+                    "  Telegram tools: terminal={}, file={}",
+                    enabled(i.terminal),
+                    enabled(i.file)
+                ));
                 line(format!("  ready: {}", if i.ready() { "yes" } else { "no" }));
                 if i.skill_state != SkillState::Current {
-                    let force = if i.skill_state == SkillState::Drifted { " --force" } else { "" };
+                    let force = if i.skill_state == SkillState::Drifted {
+                        " --force"
+                    } else {
+                        ""
+                    };
                     line(format!(
                         "  next: {PROGRAM} set-hermes-telegram install --profile {}{force}",
                         i.profile
@@ -354,7 +376,10 @@ impl Outcome {
             Outcome::Install(r) => {
                 let i = &r.inspection;
                 let p = &i.profile;
-                line(format!("✓ hub-liaison is {} in Hermes profile {p}.", i.skill_state.as_str()));
+                line(format!(
+                    "✓ hub-liaison is {} in Hermes profile {p}.",
+                    i.skill_state.as_str()
+                ));
                 line(if r.changed {
                     "  installed packaged coms-hermes-bridge copy".into()
                 } else {
@@ -364,7 +389,11 @@ impl Outcome {
                     line(format!("  backup: {}", dir.display()));
                 }
                 line(format!("  gateway: {}", running(i.gateway_running)));
-                line(format!("  Telegram tools: terminal={}, file={}", enabled(i.terminal), enabled(i.file)));
+                line(format!(
+                    "  Telegram tools: terminal={}, file={}",
+                    enabled(i.terminal),
+                    enabled(i.file)
+                ));
                 if !i.skill_enabled {
                     line(format!("  action required: enable hub-liaison with: hermes --profile {p} skills config"));
                 }
@@ -372,15 +401,26 @@ impl Outcome {
                     line(format!("  action required: hermes --profile {p} tools enable --platform telegram terminal file"));
                 }
                 if !i.gateway_running {
-                    line(format!("  action required: hermes --profile {p} gateway start"));
+                    line(format!(
+                        "  action required: hermes --profile {p} gateway start"
+                    ));
                 }
                 if r.restarted {
                     line("  gateway restarted by explicit --restart".into());
                 } else if r.restart_required {
-                    line(format!("  restart required: hermes --profile {p} gateway restart"));
+                    line(format!(
+                        "  restart required: hermes --profile {p} gateway restart"
+                    ));
                 }
                 let ready = r.ready && !r.restart_required;
-                line(format!("  ready: {}", if ready { "yes" } else { "pending actions above" }));
+                line(format!(
+                    "  ready: {}",
+                    if ready {
+                        "yes"
+                    } else {
+                        "pending actions above"
+                    }
+                ));
             }
             Outcome::On(r) => {
                 line(format!("✓ Hermes Telegram bridge is on: {}", r.target));
@@ -390,7 +430,10 @@ impl Outcome {
                 line(format!("  pane: {} ({PANE_LABEL})", r.pane_id));
             }
             Outcome::Off(r) if r.closed.is_empty() => {
-                line(format!("✓ Hermes Telegram bridge is already off in {}.", r.workspace));
+                line(format!(
+                    "✓ Hermes Telegram bridge is already off in {}.",
+                    r.workspace
+                ));
             }
             Outcome::Off(r) => {
                 line(format!(
@@ -428,11 +471,16 @@ pub fn inspect(ctx: &mut Context<'_>, profile: Option<&str>) -> Result<Inspectio
         },
     };
     if !is_hermes_profile(&profile) {
-        return Err(ControlError::Failed(format!("Invalid Hermes profile: {}", quoted(&profile))));
+        return Err(ControlError::Failed(format!(
+            "Invalid Hermes profile: {}",
+            quoted(&profile)
+        )));
     }
     let show = hermes(ctx, &["profile", "show", &profile])?;
     let path = profile_path(&show, &profile).ok_or_else(|| {
-        ControlError::Failed(format!("Hermes returned an invalid profile description for {profile}"))
+        ControlError::Failed(format!(
+            "Hermes returned an invalid profile description for {profile}"
+        ))
     })?;
     let path = PathBuf::from(path);
     let real_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir());
@@ -450,8 +498,21 @@ pub fn inspect(ctx: &mut Context<'_>, profile: Option<&str>) -> Result<Inspectio
     } else {
         SkillState::Drifted
     };
-    let skills = hermes(ctx, &["--profile", &profile, "skills", "list", "--enabled-only"])?;
-    let tools = hermes(ctx, &["--profile", &profile, "tools", "list", "--platform", "telegram"])?;
+    let skills = hermes(
+        ctx,
+        &["--profile", &profile, "skills", "list", "--enabled-only"],
+    )?;
+    let tools = hermes(
+        ctx,
+        &[
+            "--profile",
+            &profile,
+            "tools",
+            "list",
+            "--platform",
+            "telegram",
+        ],
+    )?;
     Ok(Inspection {
         gateway_running: gateways.contains(&profile),
         profile,
@@ -489,7 +550,9 @@ fn install(request: &Request, ctx: &mut Context<'_>) -> Result<InstallReport, Co
     }
     let inspection = inspect(ctx, Some(&profile))?;
     if inspection.skill_state != SkillState::Current {
-        return Err(ControlError::Failed("hub-liaison verification failed after install".into()));
+        return Err(ControlError::Failed(
+            "hub-liaison verification failed after install".into(),
+        ));
     }
     let restarted = request.restart && inspection.gateway_running;
     if restarted {
@@ -526,17 +589,30 @@ struct Workspace {
 
 /// Steps 1–4 of coms-bridge.md §9.6: resolve the workspace and project, close bridge panes.
 fn close_bridges(ctx: &mut Context<'_>) -> Result<Workspace, ControlError> {
-    let current = ctx.pane_id.clone().filter(|p| !p.is_empty()).ok_or_else(|| {
-        ControlError::Failed("HERDR_PANE_ID is required; run this command inside a Herdr pane".into())
-    })?;
+    let current = ctx
+        .pane_id
+        .clone()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| {
+            ControlError::Failed(
+                "HERDR_PANE_ID is required; run this command inside a Herdr pane".into(),
+            )
+        })?;
     let pane = herdr(ctx, &["pane", "get", &current])?;
     let workspace = pane
         .pointer("/result/pane/workspace_id")
         .and_then(Value::as_str)
         .filter(|w| !w.is_empty())
-        .ok_or_else(|| ControlError::Failed(format!("cannot resolve workspace for current pane {current}")))?
+        .ok_or_else(|| {
+            ControlError::Failed(format!(
+                "cannot resolve workspace for current pane {current}"
+            ))
+        })?
         .to_owned();
-    let cwd = pane.pointer("/result/pane/cwd").and_then(Value::as_str).map(str::to_owned);
+    let cwd = pane
+        .pointer("/result/pane/cwd")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let info = herdr(ctx, &["pane", "process-info", "--pane", &current])?;
     let project = project_from_process_info(&info)
         .or_else(|| {
@@ -592,7 +668,10 @@ fn turn_on(request: &Request, ctx: &mut Context<'_>) -> Result<OnReport, Control
         let p = &inspection.profile;
         let mut problems = Vec::new();
         if inspection.skill_state != SkillState::Current {
-            problems.push(format!("hub-liaison is {}", inspection.skill_state.as_str()));
+            problems.push(format!(
+                "hub-liaison is {}",
+                inspection.skill_state.as_str()
+            ));
         }
         if !inspection.skill_enabled {
             problems.push("hub-liaison is not enabled".into());
@@ -603,7 +682,11 @@ fn turn_on(request: &Request, ctx: &mut Context<'_>) -> Result<OnReport, Control
         if !inspection.gateway_running {
             problems.push(format!("gateway profile {p} is not running"));
         }
-        let force = if inspection.skill_state == SkillState::Drifted { " --force" } else { "" };
+        let force = if inspection.skill_state == SkillState::Drifted {
+            " --force"
+        } else {
+            ""
+        };
         return Err(ControlError::Failed(format!(
             "{}. Run: {PROGRAM} set-hermes-telegram install --profile {p}{force}",
             problems.join("; ")
@@ -617,7 +700,18 @@ fn turn_on(request: &Request, ctx: &mut Context<'_>) -> Result<OnReport, Control
         .unwrap_or_else(|| ctx.cwd.to_string_lossy().into_owned());
     let split = herdr(
         ctx,
-        &["pane", "split", &space.current, "--direction", "right", "--ratio", "0.3", "--cwd", &cwd, "--no-focus"],
+        &[
+            "pane",
+            "split",
+            &space.current,
+            "--direction",
+            "right",
+            "--ratio",
+            "0.3",
+            "--cwd",
+            &cwd,
+            "--no-focus",
+        ],
     )?;
     let new = split
         .pointer("/result/pane/pane_id")

@@ -57,7 +57,10 @@ pub fn running_gateways(listing: &str) -> Vec<String> {
                 .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
                 .unwrap_or(rest.len());
             let (name, tail) = rest.split_at(end);
-            let starts_well = name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+            let starts_well = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric());
             let ends_well = tail.chars().next().is_none_or(char::is_whitespace);
             (starts_well && ends_well).then(|| name.to_owned())
         })
@@ -180,9 +183,15 @@ mod tests {
     #[test]
     fn profile_show() {
         let show = "Profile: default\nPath: /home/u/.hermes\nModel: x\n";
-        assert_eq!(profile_path(show, "default").as_deref(), Some("/home/u/.hermes"));
+        assert_eq!(
+            profile_path(show, "default").as_deref(),
+            Some("/home/u/.hermes")
+        );
         assert_eq!(profile_path(show, "dev"), None);
-        assert_eq!(profile_path("Profile: default\nPath: relative\n", "default"), None);
+        assert_eq!(
+            profile_path("Profile: default\nPath: relative\n", "default"),
+            None
+        );
         assert_eq!(profile_path("Profile: default\n", "default"), None);
     }
 
@@ -190,7 +199,10 @@ mod tests {
     fn herdr_output() {
         assert_eq!(herdr_json(""), Some(json!({"result": {}})));
         assert_eq!(herdr_json(" \n"), Some(json!({"result": {}})));
-        assert_eq!(herdr_json("{\"result\":{\"pane\":{}}}"), Some(json!({"result": {"pane": {}}})));
+        assert_eq!(
+            herdr_json("{\"result\":{\"pane\":{}}}"),
+            Some(json!({"result": {"pane": {}}}))
+        );
         assert_eq!(herdr_json("nope"), None);
     }
 
@@ -206,7 +218,10 @@ mod tests {
         let eq = info(json!([{"argv": ["pi", "--project=acme.prod", "--project", "x"]}]));
         assert_eq!(project_from_process_info(&eq).as_deref(), Some("acme.prod"));
         assert_eq!(project_from_process_info(&info(json!([]))), None);
-        assert_eq!(project_from_process_info(&info(json!([{"argv": ["pi", "--project"]}]))), None);
+        assert_eq!(
+            project_from_process_info(&info(json!([{"argv": ["pi", "--project"]}]))),
+            None
+        );
         assert_eq!(project_from_process_info(&json!({"result": {}})), None);
     }
 

@@ -54,7 +54,10 @@ impl SkillTree {
         for (path, bytes) in &self.files {
             let target = dir.join(path);
             if let Some(parent) = target.parent() {
-                std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)?;
             }
             std::fs::write(target, bytes)?;
         }
@@ -72,7 +75,12 @@ fn feed(hash: &mut Sha256, path: &str, bytes: &[u8]) {
 /// The fingerprint of the tree at `root` (which must be a real directory).
 pub fn fingerprint_dir(root: &Path) -> Result<String, ControlError> {
     fn visit(root: &Path, dir: &Path, hash: &mut Sha256) -> Result<(), ControlError> {
-        let failed = |e: io::Error| ControlError::Failed(format!("cannot read Hermes skill tree {}: {e}", dir.display()));
+        let failed = |e: io::Error| {
+            ControlError::Failed(format!(
+                "cannot read Hermes skill tree {}: {e}",
+                dir.display()
+            ))
+        };
         let mut entries: Vec<_> = std::fs::read_dir(dir)
             .map_err(failed)?
             .collect::<Result<_, _>>()
@@ -80,9 +88,14 @@ pub fn fingerprint_dir(root: &Path) -> Result<String, ControlError> {
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
             let path = entry.path();
-            let kind = std::fs::symlink_metadata(&path).map_err(failed)?.file_type();
+            let kind = std::fs::symlink_metadata(&path)
+                .map_err(failed)?
+                .file_type();
             if kind.is_symlink() {
-                return Err(ControlError::Failed(format!("refusing symlink in Hermes skill tree: {}", path.display())));
+                return Err(ControlError::Failed(format!(
+                    "refusing symlink in Hermes skill tree: {}",
+                    path.display()
+                )));
             }
             if kind.is_dir() {
                 visit(root, &path, hash)?;
@@ -95,19 +108,33 @@ pub fn fingerprint_dir(root: &Path) -> Result<String, ControlError> {
                 let bytes = std::fs::read(&path).map_err(failed)?;
                 feed(hash, &relative.join("/"), &bytes);
             } else {
-                return Err(ControlError::Failed(format!("unsupported entry in Hermes skill tree: {}", path.display())));
+                return Err(ControlError::Failed(format!(
+                    "unsupported entry in Hermes skill tree: {}",
+                    path.display()
+                )));
             }
         }
         Ok(())
     }
     let kind = std::fs::symlink_metadata(root)
-        .map_err(|e| ControlError::Failed(format!("cannot read Hermes skill tree {}: {e}", root.display())))?
+        .map_err(|e| {
+            ControlError::Failed(format!(
+                "cannot read Hermes skill tree {}: {e}",
+                root.display()
+            ))
+        })?
         .file_type();
     if kind.is_symlink() {
-        return Err(ControlError::Failed(format!("refusing symlink in Hermes skill tree: {}", root.display())));
+        return Err(ControlError::Failed(format!(
+            "refusing symlink in Hermes skill tree: {}",
+            root.display()
+        )));
     }
     if !kind.is_dir() {
-        return Err(ControlError::Failed(format!("unsupported entry in Hermes skill tree: {}", root.display())));
+        return Err(ControlError::Failed(format!(
+            "unsupported entry in Hermes skill tree: {}",
+            root.display()
+        )));
     }
     let mut hash = Sha256::new();
     visit(root, root, &mut hash)?;
@@ -117,7 +144,12 @@ pub fn fingerprint_dir(root: &Path) -> Result<String, ControlError> {
 /// Makes sure `dir` is a real directory: creates it (0700) when missing; refuses a symbolic
 /// link or a non-directory.
 pub fn ensure_real_dir(dir: &Path) -> Result<(), ControlError> {
-    let unsafe_dir = || ControlError::Failed(format!("refusing unsafe Hermes directory: {}", dir.display()));
+    let unsafe_dir = || {
+        ControlError::Failed(format!(
+            "refusing unsafe Hermes directory: {}",
+            dir.display()
+        ))
+    };
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.file_type().is_dir() => Ok(()),
         Ok(_) => Err(unsafe_dir()),
@@ -145,9 +177,12 @@ pub fn install_tree(
     let mut backup = None;
     let attempt = (|| -> Result<(), ControlError> {
         let io_error = |what: &str, e: io::Error| ControlError::Failed(format!("{what}: {e}"));
-        tree.write_to(&temp).map_err(|e| io_error(&format!("cannot copy hub-liaison to {}", temp.display()), e))?;
+        tree.write_to(&temp)
+            .map_err(|e| io_error(&format!("cannot copy hub-liaison to {}", temp.display()), e))?;
         if fingerprint_dir(&temp)? != tree.fingerprint() {
-            return Err(ControlError::Failed("hub-liaison copy differs from the packaged tree".into()));
+            return Err(ControlError::Failed(
+                "hub-liaison copy differs from the packaged tree".into(),
+            ));
         }
         if std::fs::symlink_metadata(&installed).is_ok() {
             let backups = profile_dir.join("backups");
@@ -188,10 +223,16 @@ mod tests {
         ]);
         let target = dir.path().join("t");
         tree.write_to(&target).expect("write");
-        assert_eq!(fingerprint_dir(&target).expect("fingerprint"), tree.fingerprint());
+        assert_eq!(
+            fingerprint_dir(&target).expect("fingerprint"),
+            tree.fingerprint()
+        );
         let packaged = SkillTree::packaged();
         packaged.write_to(&dir.path().join("p")).expect("write");
-        assert_eq!(fingerprint_dir(&dir.path().join("p")).expect("fingerprint"), packaged.fingerprint());
+        assert_eq!(
+            fingerprint_dir(&dir.path().join("p")).expect("fingerprint"),
+            packaged.fingerprint()
+        );
         assert_ne!(packaged.fingerprint(), tree.fingerprint());
         let text = String::from_utf8(packaged.files()[0].1.clone()).expect("utf-8");
         assert!(text.starts_with("---\nname: hub-liaison\n"));
@@ -205,10 +246,16 @@ mod tests {
         std::fs::write(tree.join("SKILL.md"), "x").expect("write");
         std::os::unix::fs::symlink("/etc/passwd", tree.join("link")).expect("symlink");
         let error = fingerprint_dir(&tree).expect_err("symlink").to_string();
-        assert!(error.starts_with("refusing symlink in Hermes skill tree: "), "{error}");
+        assert!(
+            error.starts_with("refusing symlink in Hermes skill tree: "),
+            "{error}"
+        );
         std::fs::remove_file(tree.join("link")).expect("rm");
         std::os::unix::net::UnixListener::bind(tree.join("sock")).expect("socket");
         let error = fingerprint_dir(&tree).expect_err("socket").to_string();
-        assert!(error.starts_with("unsupported entry in Hermes skill tree: "), "{error}");
+        assert!(
+            error.starts_with("unsupported entry in Hermes skill tree: "),
+            "{error}"
+        );
     }
 }

@@ -36,7 +36,11 @@ impl Runner for Script {
     fn run(&mut self, args: &[String]) -> Result<String, String> {
         self.calls.push(args.to_vec());
         let line = args.join(" ");
-        if let Some(at) = self.queued.iter().position(|(k, _)| line.starts_with(k.as_str())) {
+        if let Some(at) = self
+            .queued
+            .iter()
+            .position(|(k, _)| line.starts_with(k.as_str()))
+        {
             return self.queued.remove(at).expect("present").1;
         }
         self.rules
@@ -55,7 +59,10 @@ const SKILL_ON: &str = "  hub-liaison   local   enabled\n";
 fn hermes_for(profile_dir: &Path, gateways: &str, tools: &str) -> Script {
     Script::default()
         .on("gateway list", gateways)
-        .on("profile show default", &format!("Profile: default\nPath: {}\n", profile_dir.display()))
+        .on(
+            "profile show default",
+            &format!("Profile: default\nPath: {}\n", profile_dir.display()),
+        )
         .on("--profile default skills list --enabled-only", SKILL_ON)
         .on("--profile default tools list --platform telegram", tools)
         .on("--profile default gateway restart", "")
@@ -94,7 +101,12 @@ fn put_packaged(profile: &Path) {
 /// 2026-07-24T12:34:56.000Z.
 const FIXED_NOW: u64 = 1_784_896_496_000;
 
-fn run_with(hermes: &mut Script, herdr: &mut Script, request: &Request, pane: Option<&str>) -> Result<Outcome, ControlError> {
+fn run_with(
+    hermes: &mut Script,
+    herdr: &mut Script,
+    request: &Request,
+    pane: Option<&str>,
+) -> Result<Outcome, ControlError> {
     let mut ctx = Context {
         hermes,
         herdr,
@@ -123,21 +135,63 @@ fn parse(words: &[&str]) -> Result<Request, ControlError> {
 fn parser_accepts_the_four_forms_and_rejects_the_rest() {
     assert_eq!(parse(&["install"]).expect("ok").action, Action::Install);
     assert_eq!(parse(&["status"]).expect("ok").action, Action::Status);
-    assert_eq!(parse(&["on", "7883056502"]).expect("ok").target.as_deref(), Some("telegram:7883056502"));
-    assert_eq!(parse(&["off", "7883056502:1735"]).expect("ok").target.as_deref(), Some("telegram:7883056502:1735"));
+    assert_eq!(
+        parse(&["on", "7883056502"]).expect("ok").target.as_deref(),
+        Some("telegram:7883056502")
+    );
+    assert_eq!(
+        parse(&["off", "7883056502:1735"])
+            .expect("ok")
+            .target
+            .as_deref(),
+        Some("telegram:7883056502:1735")
+    );
     let shape = "Expected install, status, or an on/off action with one Telegram ID.";
-    for bad in [&[][..], &["install", "extra"], &["start", "123"], &["off", "123", "extra"], &["on"]] {
+    for bad in [
+        &[][..],
+        &["install", "extra"],
+        &["start", "123"],
+        &["off", "123", "extra"],
+        &["on"],
+    ] {
         let error = parse(bad).expect_err("usage");
         assert_eq!(error, ControlError::Usage(shape.into()), "{bad:?}");
-        assert!(error.to_string().contains("\nUsage:\n  coms-hermes-bridge set-hermes-telegram install"));
+        assert!(error
+            .to_string()
+            .contains("\nUsage:\n  coms-hermes-bridge set-hermes-telegram install"));
     }
     let id = "Telegram ID must be digits, optionally followed by a colon and a numeric topic ID.";
-    for bad in ["telegram:123", "123:", ":123", "123:456:789", "12a", "1 2", "-100", "+1", ""] {
-        assert_eq!(parse(&["on", bad]), Err(ControlError::Usage(id.into())), "{bad}");
+    for bad in [
+        "telegram:123",
+        "123:",
+        ":123",
+        "123:456:789",
+        "12a",
+        "1 2",
+        "-100",
+        "+1",
+        "",
+    ] {
+        assert_eq!(
+            parse(&["on", bad]),
+            Err(ControlError::Usage(id.into())),
+            "{bad}"
+        );
     }
     let positionals = vec!["status".to_owned()];
-    assert_eq!(parse_request(&positionals, Some("  dev "), false, false).expect("ok").profile.as_deref(), Some("dev"));
-    assert_eq!(parse_request(&positionals, Some("  "), false, false).expect("ok").profile, None);
+    assert_eq!(
+        parse_request(&positionals, Some("  dev "), false, false)
+            .expect("ok")
+            .profile
+            .as_deref(),
+        Some("dev")
+    );
+    assert_eq!(
+        parse_request(&positionals, Some("  "), false, false)
+            .expect("ok")
+            .profile,
+        None
+    );
 }
 
 #[test]
@@ -145,7 +199,10 @@ fn force_and_restart_are_for_install_only() {
     let message = ControlError::Usage("--force and --restart are valid only with install.".into());
     let status = vec!["status".to_owned()];
     let off = vec!["off".to_owned(), "123".to_owned()];
-    assert_eq!(parse_request(&status, None, true, false), Err(message.clone()));
+    assert_eq!(
+        parse_request(&status, None, true, false),
+        Err(message.clone())
+    );
     assert_eq!(parse_request(&off, None, false, true), Err(message));
     let install = vec!["install".to_owned()];
     assert!(parse_request(&install, None, true, true).is_ok());
@@ -157,11 +214,24 @@ fn status_infers_the_single_running_gateway_reports_drift_and_writes_nothing() {
     put_skill(&f.profile, "an older copy");
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
     let mut herdr = Script::default();
-    let outcome = run_with(&mut hermes, &mut herdr, &request(&["status"], None, false, false), None).expect("status");
-    let Outcome::Status(inspection) = &outcome else { panic!("status") };
+    let outcome = run_with(
+        &mut hermes,
+        &mut herdr,
+        &request(&["status"], None, false, false),
+        None,
+    )
+    .expect("status");
+    let Outcome::Status(inspection) = &outcome else {
+        panic!("status")
+    };
     assert_eq!(inspection.profile, "default");
     assert_eq!(inspection.skill_state, SkillState::Drifted);
-    assert!(inspection.skill_enabled && inspection.terminal && inspection.file && inspection.gateway_running);
+    assert!(
+        inspection.skill_enabled
+            && inspection.terminal
+            && inspection.file
+            && inspection.gateway_running
+    );
     assert!(!inspection.ready());
     assert_eq!(
         outcome.render(),
@@ -170,9 +240,15 @@ fn status_infers_the_single_running_gateway_reports_drift_and_writes_nothing() {
             f.profile.display()
         )
     );
-    assert_eq!(std::fs::read_to_string(installed(&f.profile).join("SKILL.md")).expect("read"), "an older copy");
+    assert_eq!(
+        std::fs::read_to_string(installed(&f.profile).join("SKILL.md")).expect("read"),
+        "an older copy"
+    );
     assert!(!f.profile.join("backups").exists());
-    assert!(hermes.joined().iter().all(|c| !c.contains("restart") && !c.contains("start") && !c.contains("enable ")));
+    assert!(hermes
+        .joined()
+        .iter()
+        .all(|c| !c.contains("restart") && !c.contains("start") && !c.contains("enable ")));
     assert!(herdr.calls.is_empty());
 }
 
@@ -181,15 +257,28 @@ fn two_running_gateways_without_a_profile_fail_closed() {
     let f = fixture();
     let two = "  ✓ default — PID 1\n  ✓ work — PID 2\n";
     let mut hermes = hermes_for(&f.profile, two, TOOLS_ON);
-    let error = run_with(&mut hermes, &mut Script::default(), &request(&["status"], None, false, false), None)
-        .expect_err("ambiguous")
-        .to_string();
-    assert!(error.contains("exactly one running gateway") && error.contains("--profile"), "{error}");
+    let error = run_with(
+        &mut hermes,
+        &mut Script::default(),
+        &request(&["status"], None, false, false),
+        None,
+    )
+    .expect_err("ambiguous")
+    .to_string();
+    assert!(
+        error.contains("exactly one running gateway") && error.contains("--profile"),
+        "{error}"
+    );
     assert!(error.contains("found 2"), "{error}");
     let mut none = hermes_for(&f.profile, "  ✗ default — not running\n", TOOLS_ON);
-    let error = run_with(&mut none, &mut Script::default(), &request(&["install"], None, false, false), None)
-        .expect_err("none")
-        .to_string();
+    let error = run_with(
+        &mut none,
+        &mut Script::default(),
+        &request(&["install"], None, false, false),
+        None,
+    )
+    .expect_err("none")
+    .to_string();
     assert!(error.contains("found 0"), "{error}");
     assert!(!f.profile.join("skills").exists(), "nothing written");
 }
@@ -198,27 +287,65 @@ fn two_running_gateways_without_a_profile_fail_closed() {
 fn profile_names_and_descriptions_are_checked() {
     let f = fixture();
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
-    let error = run_with(&mut hermes, &mut Script::default(), &request(&["status"], Some("Bad.Name"), false, false), None)
-        .expect_err("invalid");
+    let error = run_with(
+        &mut hermes,
+        &mut Script::default(),
+        &request(&["status"], Some("Bad.Name"), false, false),
+        None,
+    )
+    .expect_err("invalid");
     assert_eq!(error.to_string(), r#"Invalid Hermes profile: "Bad.Name""#);
-    let mut wrong = Script::default().on("gateway list", ONE_RUNNING).on("profile show default", "Profile: other\nPath: /x\n");
-    let error = run_with(&mut wrong, &mut Script::default(), &request(&["status"], Some("default"), false, false), None)
-        .expect_err("invalid description");
-    assert_eq!(error.to_string(), "Hermes returned an invalid profile description for default");
+    let mut wrong = Script::default()
+        .on("gateway list", ONE_RUNNING)
+        .on("profile show default", "Profile: other\nPath: /x\n");
+    let error = run_with(
+        &mut wrong,
+        &mut Script::default(),
+        &request(&["status"], Some("default"), false, false),
+        None,
+    )
+    .expect_err("invalid description");
+    assert_eq!(
+        error.to_string(),
+        "Hermes returned an invalid profile description for default"
+    );
     let missing = f.profile.join("nope");
     let mut gone = hermes_for(&missing, ONE_RUNNING, TOOLS_ON);
-    let error = run_with(&mut gone, &mut Script::default(), &request(&["status"], None, false, false), None)
-        .expect_err("missing dir");
-    assert_eq!(error.to_string(), format!("unsafe or missing Hermes profile directory: {}", missing.display()));
+    let error = run_with(
+        &mut gone,
+        &mut Script::default(),
+        &request(&["status"], None, false, false),
+        None,
+    )
+    .expect_err("missing dir");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "unsafe or missing Hermes profile directory: {}",
+            missing.display()
+        )
+    );
     let link = f.profile.with_file_name("link");
     std::os::unix::fs::symlink(&f.profile, &link).expect("symlink");
     let mut linked = hermes_for(&link, ONE_RUNNING, TOOLS_ON);
-    let error = run_with(&mut linked, &mut Script::default(), &request(&["status"], None, false, false), None)
-        .expect_err("symlinked dir");
-    assert!(error.to_string().starts_with("unsafe or missing Hermes profile directory"));
+    let error = run_with(
+        &mut linked,
+        &mut Script::default(),
+        &request(&["status"], None, false, false),
+        None,
+    )
+    .expect_err("symlinked dir");
+    assert!(error
+        .to_string()
+        .starts_with("unsafe or missing Hermes profile directory"));
     let mut broken = Script::default().fail("gateway list", "hermes: not configured");
-    let error = run_with(&mut broken, &mut Script::default(), &request(&["status"], None, false, false), None)
-        .expect_err("hermes failed");
+    let error = run_with(
+        &mut broken,
+        &mut Script::default(),
+        &request(&["status"], None, false, false),
+        None,
+    )
+    .expect_err("hermes failed");
     assert_eq!(error.to_string(), "hermes: not configured");
 }
 
@@ -227,12 +354,22 @@ fn drift_without_force_is_refused_and_changes_nothing() {
     let f = fixture();
     put_skill(&f.profile, "an older copy");
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
-    let error = run_with(&mut hermes, &mut Script::default(), &request(&["install"], None, false, false), None)
-        .expect_err("drift")
-        .to_string();
+    let error = run_with(
+        &mut hermes,
+        &mut Script::default(),
+        &request(&["install"], None, false, false),
+        None,
+    )
+    .expect_err("drift")
+    .to_string();
     assert!(error.contains("--force"), "{error}");
-    assert!(error.starts_with("hub-liaison differs from the packaged coms-hermes-bridge version in profile default"));
-    assert_eq!(std::fs::read_to_string(installed(&f.profile).join("SKILL.md")).expect("read"), "an older copy");
+    assert!(error.starts_with(
+        "hub-liaison differs from the packaged coms-hermes-bridge version in profile default"
+    ));
+    assert_eq!(
+        std::fs::read_to_string(installed(&f.profile).join("SKILL.md")).expect("read"),
+        "an older copy"
+    );
     assert!(!f.profile.join("backups").exists());
 }
 
@@ -243,11 +380,20 @@ fn a_symlinked_skills_directory_is_refused() {
     std::fs::create_dir(&elsewhere).expect("mkdir");
     std::os::unix::fs::symlink(&elsewhere, f.profile.join("skills")).expect("symlink");
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
-    let error = run_with(&mut hermes, &mut Script::default(), &request(&["install"], None, false, false), None)
-        .expect_err("unsafe")
-        .to_string();
+    let error = run_with(
+        &mut hermes,
+        &mut Script::default(),
+        &request(&["install"], None, false, false),
+        None,
+    )
+    .expect_err("unsafe")
+    .to_string();
     assert!(error.contains("unsafe Hermes directory"), "{error}");
-    assert_eq!(std::fs::read_dir(&elsewhere).expect("dir").count(), 0, "nothing written through the link");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).expect("dir").count(),
+        0,
+        "nothing written through the link"
+    );
 }
 
 #[test]
@@ -255,14 +401,34 @@ fn forced_install_backs_up_replaces_and_restarts_on_request() {
     let f = fixture();
     put_skill(&f.profile, "an older copy");
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
-    let outcome = run_with(&mut hermes, &mut Script::default(), &request(&["install"], None, true, true), None).expect("install");
-    let Outcome::Install(report) = &outcome else { panic!("install") };
+    let outcome = run_with(
+        &mut hermes,
+        &mut Script::default(),
+        &request(&["install"], None, true, true),
+        None,
+    )
+    .expect("install");
+    let Outcome::Install(report) = &outcome else {
+        panic!("install")
+    };
     assert!(report.changed && report.restarted && !report.restart_required && report.ready);
-    let backup = f.profile.join("backups/agent-fleet/hub-liaison-2026-07-24T12-34-56-000Z");
+    let backup = f
+        .profile
+        .join("backups/agent-fleet/hub-liaison-2026-07-24T12-34-56-000Z");
     assert_eq!(report.backup_dir.as_deref(), Some(backup.as_path()));
-    assert_eq!(std::fs::read_to_string(backup.join("SKILL.md")).expect("backup"), "an older copy");
-    assert_eq!(std::fs::read_to_string(installed(&f.profile).join("SKILL.md")).expect("new"), "packaged");
-    assert!(hermes.calls.contains(&["--profile", "default", "gateway", "restart"].map(String::from).to_vec()));
+    assert_eq!(
+        std::fs::read_to_string(backup.join("SKILL.md")).expect("backup"),
+        "an older copy"
+    );
+    assert_eq!(
+        std::fs::read_to_string(installed(&f.profile).join("SKILL.md")).expect("new"),
+        "packaged"
+    );
+    assert!(hermes.calls.contains(
+        &["--profile", "default", "gateway", "restart"]
+            .map(String::from)
+            .to_vec()
+    ));
     let leftovers: Vec<_> = std::fs::read_dir(f.profile.join("skills"))
         .expect("dir")
         .flatten()
@@ -282,20 +448,38 @@ fn forced_install_backs_up_replaces_and_restarts_on_request() {
 fn a_missing_skill_installs_without_force_and_restarts_only_when_asked() {
     let f = fixture();
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
-    let outcome = run_with(&mut hermes, &mut Script::default(), &request(&["install"], Some("default"), false, false), None)
-        .expect("install");
-    let Outcome::Install(report) = &outcome else { panic!("install") };
+    let outcome = run_with(
+        &mut hermes,
+        &mut Script::default(),
+        &request(&["install"], Some("default"), false, false),
+        None,
+    )
+    .expect("install");
+    let Outcome::Install(report) = &outcome else {
+        panic!("install")
+    };
     assert!(report.changed && !report.restarted && report.restart_required);
     assert_eq!(report.backup_dir, None);
     assert!(hermes.joined().iter().all(|c| !c.contains("restart")));
     assert!(outcome.render().contains("  restart required: hermes --profile default gateway restart\n  ready: pending actions above\n"));
     use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(f.profile.join("skills")).expect("meta").permissions().mode();
+    let mode = std::fs::metadata(f.profile.join("skills"))
+        .expect("meta")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o700);
 
     let mut again = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
-    let outcome = run_with(&mut again, &mut Script::default(), &request(&["install"], None, false, true), None).expect("again");
-    let Outcome::Install(report) = &outcome else { panic!("install") };
+    let outcome = run_with(
+        &mut again,
+        &mut Script::default(),
+        &request(&["install"], None, false, true),
+        None,
+    )
+    .expect("again");
+    let Outcome::Install(report) = &outcome else {
+        panic!("install")
+    };
     assert!(!report.changed && report.restarted && !report.restart_required);
     assert!(outcome.render().contains("  no skill files changed\n"));
 }
@@ -307,17 +491,34 @@ fn install_never_starts_a_stopped_gateway_or_enables_anything() {
     let mut hermes = hermes_for(&f.profile, stopped, TOOLS_TERMINAL_OFF)
         .on("--profile default skills list --enabled-only", "");
     hermes.rules.swap(2, 5);
-    let outcome = run_with(&mut hermes, &mut Script::default(), &request(&["install"], Some("default"), false, true), None)
-        .expect("install");
-    let Outcome::Install(report) = &outcome else { panic!("install") };
+    let outcome = run_with(
+        &mut hermes,
+        &mut Script::default(),
+        &request(&["install"], Some("default"), false, true),
+        None,
+    )
+    .expect("install");
+    let Outcome::Install(report) = &outcome else {
+        panic!("install")
+    };
     assert!(!report.restarted && !report.restart_required && !report.ready);
     let text = outcome.render();
-    assert!(text.contains("  action required: enable hub-liaison with: hermes --profile default skills config\n"), "{text}");
+    assert!(
+        text.contains(
+            "  action required: enable hub-liaison with: hermes --profile default skills config\n"
+        ),
+        "{text}"
+    );
     assert!(text.contains("  action required: hermes --profile default tools enable --platform telegram terminal file\n"));
     assert!(text.contains("  action required: hermes --profile default gateway start\n"));
     assert!(text.ends_with("  ready: pending actions above\n"));
     let calls = hermes.joined();
-    assert!(calls.iter().all(|c| !c.contains("gateway start") && !c.contains("restart") && !c.contains("enable ")), "{calls:?}");
+    assert!(
+        calls.iter().all(|c| !c.contains("gateway start")
+            && !c.contains("restart")
+            && !c.contains("enable ")),
+        "{calls:?}"
+    );
 }
 
 #[test]
@@ -325,19 +526,32 @@ fn on_refuses_before_any_herdr_call_when_not_ready() {
     let f = fixture();
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_TERMINAL_OFF);
     let mut herdr = Script::default();
-    let error = run_with(&mut hermes, &mut herdr, &request(&["on", "7883056502"], None, false, false), Some("w7:p1"))
-        .expect_err("not ready")
-        .to_string();
+    let error = run_with(
+        &mut hermes,
+        &mut herdr,
+        &request(&["on", "7883056502"], None, false, false),
+        Some("w7:p1"),
+    )
+    .expect_err("not ready")
+    .to_string();
     assert!(error.contains("terminal/file tools"), "{error}");
     assert_eq!(
         error,
         "hub-liaison is missing; Telegram terminal/file tools are not both enabled. Run: coms-hermes-bridge set-hermes-telegram install --profile default"
     );
     assert!(herdr.calls.is_empty());
-    let error = run_with(&mut hermes, &mut herdr, &request(&["on", "1"], None, false, false), None)
-        .expect_err("no pane")
-        .to_string();
-    assert_eq!(error, "HERDR_PANE_ID is required; run this command inside a Herdr pane");
+    let error = run_with(
+        &mut hermes,
+        &mut herdr,
+        &request(&["on", "1"], None, false, false),
+        None,
+    )
+    .expect_err("no pane")
+    .to_string();
+    assert_eq!(
+        error,
+        "HERDR_PANE_ID is required; run this command inside a Herdr pane"
+    );
 }
 
 fn herdr_workspace(existing_bridge: bool) -> Script {
@@ -369,9 +583,16 @@ fn on_replaces_the_bridge_pane_and_starts_the_daemon() {
     put_packaged(&f.profile);
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
     let mut herdr = herdr_workspace(true);
-    let outcome = run_with(&mut hermes, &mut herdr, &request(&["on", "7883056502:1735"], None, false, false), Some("w7:p1"))
-        .expect("on");
-    let Outcome::On(report) = &outcome else { panic!("on") };
+    let outcome = run_with(
+        &mut hermes,
+        &mut herdr,
+        &request(&["on", "7883056502:1735"], None, false, false),
+        Some("w7:p1"),
+    )
+    .expect("on");
+    let Outcome::On(report) = &outcome else {
+        panic!("on")
+    };
     assert_eq!(
         report,
         &OnReport {
@@ -385,7 +606,10 @@ fn on_replaces_the_bridge_pane_and_starts_the_daemon() {
     );
     let calls = herdr.joined();
     assert_eq!(calls[3], "pane close w7:p4");
-    assert_eq!(calls[4], "pane split w7:p1 --direction right --ratio 0.3 --cwd /repo/acme --no-focus");
+    assert_eq!(
+        calls[4],
+        "pane split w7:p1 --direction right --ratio 0.3 --cwd /repo/acme --no-focus"
+    );
     assert_eq!(calls[5], "pane rename w7:p9 hermes-bridge");
     let run = &herdr.calls[6];
     assert_eq!(run[..3], ["pane", "run", "w7:p9"]);
@@ -406,28 +630,60 @@ fn on_closes_the_new_pane_when_starting_it_fails() {
     put_packaged(&f.profile);
     let mut hermes = hermes_for(&f.profile, ONE_RUNNING, TOOLS_ON);
     let mut herdr = herdr_workspace(false);
-    herdr.queued.push_back(("pane run".into(), Err("herdr: pane gone".into())));
-    let error = run_with(&mut hermes, &mut herdr, &request(&["on", "1"], None, false, false), Some("w7:p1"))
-        .expect_err("run failed");
+    herdr
+        .queued
+        .push_back(("pane run".into(), Err("herdr: pane gone".into())));
+    let error = run_with(
+        &mut hermes,
+        &mut herdr,
+        &request(&["on", "1"], None, false, false),
+        Some("w7:p1"),
+    )
+    .expect_err("run failed");
     assert_eq!(error.to_string(), "herdr: pane gone");
-    assert_eq!(herdr.joined().last().map(String::as_str), Some("pane close w7:p9"));
+    assert_eq!(
+        herdr.joined().last().map(String::as_str),
+        Some("pane close w7:p9")
+    );
 }
 
 #[test]
 fn off_needs_no_hermes_and_closes_the_bridge_panes() {
     let mut hermes = Script::default();
     let mut herdr = herdr_workspace(true);
-    let outcome = run_with(&mut hermes, &mut herdr, &request(&["off", "7883056502"], None, false, false), Some("w7:p1"))
-        .expect("off");
+    let outcome = run_with(
+        &mut hermes,
+        &mut herdr,
+        &request(&["off", "7883056502"], None, false, false),
+        Some("w7:p1"),
+    )
+    .expect("off");
     assert!(hermes.calls.is_empty());
-    let Outcome::Off(report) = &outcome else { panic!("off") };
+    let Outcome::Off(report) = &outcome else {
+        panic!("off")
+    };
     assert_eq!(report.closed, ["w7:p4"]);
     assert_eq!(report.project, "acme.prod");
-    assert!(herdr.joined().iter().all(|c| !c.starts_with("pane split") && !c.starts_with("pane run")));
-    assert_eq!(outcome.render(), "✓ Hermes Telegram bridge is off in w7 (closed w7:p4).\n");
+    assert!(herdr
+        .joined()
+        .iter()
+        .all(|c| !c.starts_with("pane split") && !c.starts_with("pane run")));
+    assert_eq!(
+        outcome.render(),
+        "✓ Hermes Telegram bridge is off in w7 (closed w7:p4).\n"
+    );
     let mut herdr = herdr_workspace(false);
-    let outcome = run_with(&mut hermes, &mut herdr, &request(&["off", "1"], None, false, false), Some("w7:p1")).expect("off");
-    assert_eq!(outcome.render(), "✓ Hermes Telegram bridge is already off in w7.\n");
+    let outcome = run_with(
+        &mut hermes,
+        &mut herdr,
+        &request(&["off", "1"], None, false, false),
+        Some("w7:p1"),
+    )
+    .expect("off");
+    assert_eq!(
+        outcome.render(),
+        "✓ Hermes Telegram bridge is already off in w7.\n"
+    );
 }
 
 #[test]
@@ -435,16 +691,41 @@ fn herdr_output_and_project_inference() {
     let mut hermes = Script::default();
     // Empty stdout is an empty result: no workspace.
     let mut empty = Script::default().on("pane get", "");
-    let error = run_with(&mut hermes, &mut empty, &request(&["off", "1"], None, false, false), Some("w7:p1")).expect_err("no ws");
-    assert_eq!(error.to_string(), "cannot resolve workspace for current pane w7:p1");
+    let error = run_with(
+        &mut hermes,
+        &mut empty,
+        &request(&["off", "1"], None, false, false),
+        Some("w7:p1"),
+    )
+    .expect_err("no ws");
+    assert_eq!(
+        error.to_string(),
+        "cannot resolve workspace for current pane w7:p1"
+    );
     let mut garbage = Script::default().on("pane get", "not json");
-    let error = run_with(&mut hermes, &mut garbage, &request(&["off", "1"], None, false, false), Some("w7:p1")).expect_err("bad json");
-    assert_eq!(error.to_string(), "herdr returned invalid JSON for pane get");
+    let error = run_with(
+        &mut hermes,
+        &mut garbage,
+        &request(&["off", "1"], None, false, false),
+        Some("w7:p1"),
+    )
+    .expect_err("bad json");
+    assert_eq!(
+        error.to_string(),
+        "herdr returned invalid JSON for pane get"
+    );
 
     let infer = |env: Option<&str>, processes: serde_json::Value| {
         let mut herdr = Script::default()
-            .on("pane get", &json!({"result": {"pane": {"workspace_id": "w7"}}}).to_string())
-            .on("pane process-info", &json!({"result": {"process_info": {"foreground_processes": processes}}}).to_string())
+            .on(
+                "pane get",
+                &json!({"result": {"pane": {"workspace_id": "w7"}}}).to_string(),
+            )
+            .on(
+                "pane process-info",
+                &json!({"result": {"process_info": {"foreground_processes": processes}}})
+                    .to_string(),
+            )
             .on("pane list", "");
         let mut hermes = Script::default();
         let mut ctx = Context {
@@ -463,11 +744,21 @@ fn herdr_output_and_project_inference() {
             _ => unreachable!("off"),
         })
     };
-    assert_eq!(infer(Some("env-proj"), json!([{"argv": ["pi", "--project", "af"]}, {"argv": ["--project=later"]}])), Ok("af".into()));
+    assert_eq!(
+        infer(
+            Some("env-proj"),
+            json!([{"argv": ["pi", "--project", "af"]}, {"argv": ["--project=later"]}])
+        ),
+        Ok("af".into())
+    );
     assert_eq!(infer(Some(" env-proj "), json!([])), Ok("env-proj".into()));
     assert_eq!(infer(None, json!([])), Ok("default".into()));
-    let error = infer(None, json!([{"argv": ["pi", "--project", "../bad"]}])).expect_err("bad project");
-    assert_eq!(error.to_string(), r#"Invalid project inferred from the current pane: "../bad""#);
+    let error =
+        infer(None, json!([{"argv": ["pi", "--project", "../bad"]}])).expect_err("bad project");
+    assert_eq!(
+        error.to_string(),
+        r#"Invalid project inferred from the current pane: "../bad""#
+    );
 }
 
 #[test]

@@ -215,17 +215,35 @@ mod tests {
         body["extra"] = json!(true);
         let answer = check(&name(), &file(&body)).expect("valid");
         assert_eq!(answer.to_value(), valid_body());
-        let keys: Vec<_> = answer.to_value().as_object().expect("object").keys().cloned().collect();
+        let keys: Vec<_> = answer
+            .to_value()
+            .as_object()
+            .expect("object")
+            .keys()
+            .cloned()
+            .collect();
         assert_eq!(keys, ["qid", "answer", "answered_by", "at"]);
     }
 
     #[test]
     fn rejections_in_order() {
         let qid = || Some(QID.to_owned());
-        assert_eq!(check("not-an-answer.json", b"{}"), Err((Reason::InvalidPath, None)));
-        assert_eq!(check(&format!("{QID}.answer.json.tmp"), b"{}"), Err((Reason::InvalidPath, None)));
-        assert_eq!(check(".hermes-tmp.abc123", b"{}"), Err((Reason::InvalidPath, None)));
-        assert_eq!(check("not-a-ulid.answer.json", b"{}"), Err((Reason::InvalidQid, None)));
+        assert_eq!(
+            check("not-an-answer.json", b"{}"),
+            Err((Reason::InvalidPath, None))
+        );
+        assert_eq!(
+            check(&format!("{QID}.answer.json.tmp"), b"{}"),
+            Err((Reason::InvalidPath, None))
+        );
+        assert_eq!(
+            check(".hermes-tmp.abc123", b"{}"),
+            Err((Reason::InvalidPath, None))
+        );
+        assert_eq!(
+            check("not-a-ulid.answer.json", b"{}"),
+            Err((Reason::InvalidQid, None))
+        );
         assert_eq!(
             check(&format!("{}.answer.json", QID.to_lowercase()), b"{}"),
             Err((Reason::InvalidQid, None))
@@ -242,8 +260,12 @@ mod tests {
             check(&name(), &file(&json!({"qid": QID, "answer": "x"}))),
             Err((Reason::InvalidSchema, qid()))
         );
-        let mismatched = json!({"qid": OTHER, "answer": "x", "answered_by": "t", "at": "2026-07-08"});
-        assert_eq!(check(&name(), &file(&mismatched)), Err((Reason::QidMismatch, qid())));
+        let mismatched =
+            json!({"qid": OTHER, "answer": "x", "answered_by": "t", "at": "2026-07-08"});
+        assert_eq!(
+            check(&name(), &file(&mismatched)),
+            Err((Reason::QidMismatch, qid()))
+        );
     }
 
     #[test]
@@ -256,9 +278,16 @@ mod tests {
         assert_eq!(with("answer", json!("")), Ok(()));
         assert_eq!(with("answered_by", json!("")), Err(Reason::InvalidSchema));
         assert_eq!(with("at", json!("nope")), Err(Reason::InvalidSchema));
-        assert_eq!(with("at", json!("July 8, 2026")), Err(Reason::InvalidSchema), "DEVIATION");
+        assert_eq!(
+            with("at", json!("July 8, 2026")),
+            Err(Reason::InvalidSchema),
+            "DEVIATION"
+        );
         assert_eq!(with("at", json!("2026-07-08")), Ok(()));
-        assert_eq!(with("qid", json!(QID.to_lowercase())), Err(Reason::InvalidSchema));
+        assert_eq!(
+            with("qid", json!(QID.to_lowercase())),
+            Err(Reason::InvalidSchema)
+        );
         assert_eq!(with("answer", json!(5)), Err(Reason::InvalidSchema));
         for not_an_object in ["[]", "null", "\"x\"", "5"] {
             assert_eq!(
@@ -304,7 +333,10 @@ mod tests {
         for unchanged in ["1.0", "+1", "١", "99999999999999999999999"] {
             assert_eq!(map_answer(unchanged, &ship), freeform(unchanged));
         }
-        assert_eq!(map_answer("00000000000000000001", &ship), selection("Approve"));
+        assert_eq!(
+            map_answer("00000000000000000001", &ship),
+            selection("Approve")
+        );
         // The number rule comes before the title rule.
         assert_eq!(map_answer("2", &options(&["A", "2"])), selection("2"));
         assert_eq!(map_answer("2", &options(&["A", "B", "C"])), selection("B"));

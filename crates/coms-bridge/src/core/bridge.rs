@@ -25,7 +25,9 @@ use crate::core::log::LogRecord;
 use crate::core::outcome::{cancel_note, late_note, timeout_outcome};
 use crate::core::question::{format_question, parse_payload, qid_of, QuestionOption, QID_ERROR};
 use crate::core::state::{transition, ClosedSet, Event, State};
-use crate::wire::envelope::{classify, response_envelope, AgentCard, Incoming, Reply, BRIDGE_ACCEPTS};
+use crate::wire::envelope::{
+    classify, response_envelope, AgentCard, Incoming, Reply, BRIDGE_ACCEPTS,
+};
 use crate::wire::ids::is_ulid;
 use crate::wire::iso;
 
@@ -249,7 +251,9 @@ impl Bridge {
         let mut effects = Vec::new();
         match input {
             Input::Line(value) => self.on_line(&value, now_ms, &mut effects),
-            Input::HermesDone { job, result } => self.on_hermes_done(job, result, now_ms, &mut effects),
+            Input::HermesDone { job, result } => {
+                self.on_hermes_done(job, result, now_ms, &mut effects)
+            }
             Input::Tick => self.on_tick(now_ms, &mut effects),
             Input::Scan(entries) => self.on_scan(entries, now_ms, &mut effects),
         }
@@ -263,7 +267,8 @@ impl Bridge {
                     msg_id: prompt.msg_id.clone(),
                 }));
                 let Ok(qid) = qid_of(&prompt.msg_id).map(str::to_owned) else {
-                    let envelope = self.response(&prompt.msg_id, now_ms, Value::Null, Some(QID_ERROR));
+                    let envelope =
+                        self.response(&prompt.msg_id, now_ms, Value::Null, Some(QID_ERROR));
                     effects.push(Effect::Respond {
                         endpoint: prompt.sender_endpoint,
                         qid: prompt.msg_id,
@@ -315,9 +320,20 @@ impl Bridge {
                     return;
                 };
                 self.close(&qid, open.state, Event::Cancelled);
-                effects.push(self.log(now_ms, &qid, Event::Cancelled, json!({"reason": "cancel envelope"})));
+                effects.push(self.log(
+                    now_ms,
+                    &qid,
+                    Event::Cancelled,
+                    json!({"reason": "cancel envelope"}),
+                ));
                 let note = cancel_note(&qid);
-                effects.push(self.run(Job::Note { qid, phase: NotePhase::Cancel }, note));
+                effects.push(self.run(
+                    Job::Note {
+                        qid,
+                        phase: NotePhase::Cancel,
+                    },
+                    note,
+                ));
             }
             Incoming::Ping { msg_id } => effects.push(Effect::Reply(Reply::Pong {
                 msg_id,
@@ -330,7 +346,13 @@ impl Bridge {
         }
     }
 
-    fn on_hermes_done(&mut self, job: u64, result: Result<(), String>, now_ms: u64, effects: &mut Vec<Effect>) {
+    fn on_hermes_done(
+        &mut self,
+        job: u64,
+        result: Result<(), String>,
+        now_ms: u64,
+        effects: &mut Vec<Effect>,
+    ) {
         match (self.jobs.remove(&job), result) {
             (None, _) | (Some(Job::Note { .. }), Ok(())) => {}
             (Some(Job::Note { qid, phase }), Err(error)) => {
@@ -350,7 +372,10 @@ impl Bridge {
             }
             (Some(Job::Question { qid, generation }), Err(error)) => {
                 effects.push(self.log(now_ms, &qid, Event::DeliveryError, json!({"error": error})));
-                let current = self.open.get(&qid).is_some_and(|o| o.generation == generation);
+                let current = self
+                    .open
+                    .get(&qid)
+                    .is_some_and(|o| o.generation == generation);
                 if let Some(open) = current.then(|| self.open.remove(&qid)).flatten() {
                     self.step(Some(open.state), Event::DeliveryError);
                     let envelope = self.response(&qid, now_ms, Value::Null, Some(&error));
@@ -401,8 +426,10 @@ impl Bridge {
     fn on_scan(&mut self, mut entries: Vec<DirEntry>, now_ms: u64, effects: &mut Vec<Effect>) {
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         let present: BTreeSet<&str> = entries.iter().map(|e| e.name.as_str()).collect();
-        self.json_first_seen.retain(|name, _| present.contains(name.as_str()));
-        self.foreign_first_seen.retain(|name, _| present.contains(name.as_str()));
+        self.json_first_seen
+            .retain(|name, _| present.contains(name.as_str()));
+        self.foreign_first_seen
+            .retain(|name, _| present.contains(name.as_str()));
         for entry in &entries {
             let name = entry.name.as_str();
             // Hermes' file tool writes through `.hermes-tmp.*` in the same directory.
@@ -417,7 +444,12 @@ impl Bridge {
                     self.forget(name);
                     self.step(Some(state), Event::LateAnswer);
                     effects.push(Effect::Delete { file: name.into() });
-                    effects.push(self.log(now_ms, qid, Event::LateAnswer, json!({"state": state.as_str()})));
+                    effects.push(self.log(
+                        now_ms,
+                        qid,
+                        Event::LateAnswer,
+                        json!({"state": state.as_str()}),
+                    ));
                     let job = Job::Note {
                         qid: qid.to_owned(),
                         phase: NotePhase::Late,
@@ -447,8 +479,12 @@ impl Bridge {
                 }
                 Err(rejection) => {
                     let wait = match rejection.reason {
-                        Reason::InvalidJson => Some((self.json_grace_ms(), &mut self.json_first_seen)),
-                        Reason::ForeignQid => Some((self.config.foreign_grace_ms, &mut self.foreign_first_seen)),
+                        Reason::InvalidJson => {
+                            Some((self.json_grace_ms(), &mut self.json_first_seen))
+                        }
+                        Reason::ForeignQid => {
+                            Some((self.config.foreign_grace_ms, &mut self.foreign_first_seen))
+                        }
                         _ => None,
                     };
                     if let Some((grace, first_seen)) = wait {
@@ -458,7 +494,9 @@ impl Bridge {
                         }
                     }
                     self.forget(name);
-                    let stem = name.strip_suffix(crate::core::answer::ANSWER_SUFFIX).unwrap_or(name);
+                    let stem = name
+                        .strip_suffix(crate::core::answer::ANSWER_SUFFIX)
+                        .unwrap_or(name);
                     let qid = rejection.qid.as_deref().unwrap_or(stem);
                     effects.push(Effect::Delete { file: name.into() });
                     effects.push(Effect::Log(LogRecord::rejected(

@@ -38,7 +38,12 @@ pub struct LogRecord {
 
 impl LogRecord {
     /// A record of a core event (refuses an invalid qid or an unknown event).
-    pub fn new(at_ms: u64, qid: &str, event: &str, detail: Option<Value>) -> Result<Self, LogError> {
+    pub fn new(
+        at_ms: u64,
+        qid: &str,
+        event: &str,
+        detail: Option<Value>,
+    ) -> Result<Self, LogError> {
         if !Event::ALL.iter().any(|e| e.as_str() == event) {
             return Err(LogError::UnknownEvent(event.to_owned()));
         }
@@ -127,14 +132,23 @@ mod tests {
         let names: Vec<_> = Event::ALL.iter().map(|e| e.as_str()).collect();
         assert_eq!(
             names,
-            ["question_received", "delivered", "delivery_error", "answered", "cancelled", "timeout", "late_answer"]
+            [
+                "question_received",
+                "delivered",
+                "delivery_error",
+                "answered",
+                "cancelled",
+                "timeout",
+                "late_answer"
+            ]
         );
     }
 
     #[test]
     fn every_event_renders_one_line_that_parses_back() {
         for event in Event::ALL {
-            let record = LogRecord::new(0, QID, event.as_str(), Some(json!({"k": "v"}))).expect("valid");
+            let record =
+                LogRecord::new(0, QID, event.as_str(), Some(json!({"k": "v"}))).expect("valid");
             let line = record.render();
             assert!(line.ends_with('\n'));
             assert_eq!(line.matches('\n').count(), 1);
@@ -146,7 +160,9 @@ mod tests {
             let keys: Vec<_> = back.as_object().expect("object").keys().cloned().collect();
             assert_eq!(keys, ["at", "qid", "event", "detail"]);
         }
-        let bare = LogRecord::new(0, QID, "answered", None).expect("valid").render();
+        let bare = LogRecord::new(0, QID, "answered", None)
+            .expect("valid")
+            .render();
         assert_eq!(bare, format!("{{\"at\":\"1970-01-01T00:00:00.000Z\",\"qid\":\"{QID}\",\"event\":\"answered\"}}\n"));
     }
 
@@ -162,6 +178,9 @@ mod tests {
         );
         let rejected = LogRecord::rejected(0, "bad", "invalid_path", "x.json");
         assert_eq!(rejected.qid(), ZERO_QID);
-        assert_eq!(rejected.detail(), Some(&json!({"reason": "invalid_path", "file": "x.json"})));
+        assert_eq!(
+            rejected.detail(),
+            Some(&json!({"reason": "invalid_path", "file": "x.json"}))
+        );
     }
 }

@@ -113,7 +113,9 @@ mod tests {
             timeout_outcome(QID, 45_000),
             TimeoutOutcome {
                 error: "no remote answer within 45000ms".into(),
-                telegram_note: "⌛ [HUB-Q:01ARZ3NDEKTSV4RRFFQ69G5FAV] The question timed out after 45000ms.".into(),
+                telegram_note:
+                    "⌛ [HUB-Q:01ARZ3NDEKTSV4RRFFQ69G5FAV] The question timed out after 45000ms."
+                        .into(),
             }
         );
         assert_eq!(
@@ -132,13 +134,22 @@ mod tests {
             hermes_failure(Some(42), " fake hermes failure for x \n", "out"),
             "hermes send failed (42): fake hermes failure for x"
         );
-        assert_eq!(hermes_failure(Some(1), "", " out "), "hermes send failed (1): out");
+        assert_eq!(
+            hermes_failure(Some(1), "", " out "),
+            "hermes send failed (1): out"
+        );
         assert_eq!(hermes_failure(Some(2), "", ""), "hermes send failed (2)");
         assert_eq!(hermes_failure(None, "boom", ""), "hermes send failed: boom");
         assert_eq!(hermes_failure(None, "", ""), "hermes send failed");
         let long = hermes_failure(Some(1), &"é".repeat(5000), "");
-        assert_eq!(long.chars().count(), "hermes send failed (1): ".len() + DETAIL_LIMIT);
-        assert_eq!(hermes_timed_out(120_000), "hermes send failed: timed out after 120000ms");
+        assert_eq!(
+            long.chars().count(),
+            "hermes send failed (1): ".len() + DETAIL_LIMIT
+        );
+        assert_eq!(
+            hermes_timed_out(120_000),
+            "hermes send failed: timed out after 120000ms"
+        );
     }
 
     proptest! {

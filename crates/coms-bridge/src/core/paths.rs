@@ -37,14 +37,19 @@ mod tests {
     #[test]
     fn default_paths() {
         let home = Path::new("/home/u");
-        assert_eq!(questions_dir(home), Path::new("/home/u/.pi/coms/hermes-bridge/questions"));
+        assert_eq!(
+            questions_dir(home),
+            Path::new("/home/u/.pi/coms/hermes-bridge/questions")
+        );
         assert_eq!(
             log_path(&questions_dir(home)),
             Path::new("/home/u/.pi/coms/hermes-bridge/log.ndjson")
         );
         assert_eq!(
             answer_path(&questions_dir(home), "01ARZ3NDEKTSV4RRFFQ69G5FAV"),
-            Path::new("/home/u/.pi/coms/hermes-bridge/questions/01ARZ3NDEKTSV4RRFFQ69G5FAV.answer.json")
+            Path::new(
+                "/home/u/.pi/coms/hermes-bridge/questions/01ARZ3NDEKTSV4RRFFQ69G5FAV.answer.json"
+            )
         );
         assert_eq!(log_path(Path::new("/tmp/q")), Path::new("/tmp/log.ndjson"));
     }

@@ -72,7 +72,11 @@ pub struct Question {
 
 /// Parses a prompt: a JSON object with a string `question` (ask-user-remote's payload), or plain
 /// text, whose context is then `From <sender_name> @ <sender_cwd>` (`unknown` for a missing one).
-pub fn parse_payload(prompt: &str, sender_name: Option<&str>, sender_cwd: Option<&str>) -> Question {
+pub fn parse_payload(
+    prompt: &str,
+    sender_name: Option<&str>,
+    sender_cwd: Option<&str>,
+) -> Question {
     let parsed: Option<Value> = serde_json::from_str(prompt).ok();
     if let Some(question) = parsed
         .as_ref()
@@ -129,14 +133,21 @@ pub fn format_question(qid: &str, project: &str, question: &Question) -> String 
         p if p.is_empty() => "default".to_owned(),
         p => truncate_utf16(&p, PROJECT_LIMIT),
     };
-    let header = format!("❓ [HUB-Q:{qid}] {}", neutralise_directives(&question.question));
+    let header = format!(
+        "❓ [HUB-Q:{qid}] {}",
+        neutralise_directives(&question.question)
+    );
     let project_block = format!("\n\n📁 Project: {project}");
     let context = question
         .context
         .as_deref()
         .filter(|c| !c.is_empty())
         .map(neutralise_directives);
-    let context_prefix = if context.is_some() { "\n\nContext: " } else { "" };
+    let context_prefix = if context.is_some() {
+        "\n\nContext: "
+    } else {
+        ""
+    };
     let options_block = if question.options.is_empty() {
         String::new()
     } else {
@@ -161,8 +172,11 @@ pub fn format_question(qid: &str, project: &str, question: &Question) -> String 
         + utf16_len(&options_block)
         + utf16_len(&instruction);
     let budget = TELEGRAM_LIMIT.saturating_sub(fixed);
-    let context = context.map(|c| truncate_utf16(&c, budget)).unwrap_or_default();
-    let text = format!("{header}{project_block}{context_prefix}{context}{options_block}{instruction}");
+    let context = context
+        .map(|c| truncate_utf16(&c, budget))
+        .unwrap_or_default();
+    let text =
+        format!("{header}{project_block}{context_prefix}{context}{options_block}{instruction}");
     truncate_utf16(&text, TELEGRAM_LIMIT)
 }
 
@@ -197,7 +211,11 @@ mod tests {
     #[test]
     fn qid_comes_only_from_msg_id() {
         assert_eq!(qid_of(QID), Ok(QID));
-        for bad in ["short", "01ARZ3NDEKTSV4RRFFQ69G5FAI", "01arz3ndektsv4rrffq69g5fav"] {
+        for bad in [
+            "short",
+            "01ARZ3NDEKTSV4RRFFQ69G5FAI",
+            "01arz3ndektsv4rrffq69g5fav",
+        ] {
             let error = qid_of(bad).expect_err(bad).to_string();
             assert!(error.contains("26-character Crockford ULID"), "{error}");
         }
@@ -210,7 +228,11 @@ mod tests {
 
     #[test]
     fn the_worked_example_is_exact() {
-        let text = format_question(QID, "af", &question("Can we ship Phase 1?", Some("Build is green.")));
+        let text = format_question(
+            QID,
+            "af",
+            &question("Can we ship Phase 1?", Some("Build is green.")),
+        );
         assert_eq!(
             text,
             "❓ [HUB-Q:01ARZ3NDEKTSV4RRFFQ69G5FAV] Can we ship Phase 1?\n\n📁 Project: af\n\nContext: Build is green.\n\nOptions:\n1. Approve — Ship it\n2. Revise — Request changes\n3. Stop\n\n↩ Reply to this message, or type: HUB-Q:01ARZ3NDEKTSV4RRFFQ69G5FAV: <answer>"
@@ -225,7 +247,10 @@ mod tests {
         assert_eq!(utf16_len(&text), 4096);
         assert!(text.starts_with("❓ [HUB-Q:01ARZ3NDEKTSV4RRFFQ69G5FAV] Long context?"));
         assert!(text.contains("\n\n📁 Project: af\n\nContext: "));
-        assert!(text.contains(&format!("Context: {}…\n\nOptions:\n1. Approve — Ship it", "x".repeat(3873))));
+        assert!(text.contains(&format!(
+            "Context: {}…\n\nOptions:\n1. Approve — Ship it",
+            "x".repeat(3873)
+        )));
         assert!(text.ends_with("HUB-Q:01ARZ3NDEKTSV4RRFFQ69G5FAV: <answer>"));
     }
 
@@ -308,7 +333,10 @@ mod tests {
         assert_eq!(plain.context.as_deref(), Some("From claude-cli @ /work"));
         let not_a_question = parse_payload("{\"question\": 5}", None, None);
         assert_eq!(not_a_question.question, "{\"question\": 5}");
-        assert_eq!(not_a_question.context.as_deref(), Some("From unknown @ unknown"));
+        assert_eq!(
+            not_a_question.context.as_deref(),
+            Some("From unknown @ unknown")
+        );
     }
 
     proptest! {

@@ -104,7 +104,10 @@ pub struct UnsupportedTransition {
 }
 
 /// The state after `event` in state `from` (`None` = no state).
-pub fn transition(from: Option<State>, event: Event) -> Result<Option<State>, UnsupportedTransition> {
+pub fn transition(
+    from: Option<State>,
+    event: Event,
+) -> Result<Option<State>, UnsupportedTransition> {
     use Event as E;
     use State as S;
     let to = match (from, event) {
@@ -212,7 +215,14 @@ mod tests {
         for (from, event, to) in supported {
             assert_eq!(transition(from, event), Ok(to), "{from:?} + {event:?}");
         }
-        let states = [None, Some(S::Pending), Some(S::Delivered), Some(S::Answered), Some(S::Cancelled), Some(S::Timeout)];
+        let states = [
+            None,
+            Some(S::Pending),
+            Some(S::Delivered),
+            Some(S::Answered),
+            Some(S::Cancelled),
+            Some(S::Timeout),
+        ];
         let mut count = 0;
         for from in states {
             for event in E::ALL {

@@ -101,7 +101,10 @@ mod tests {
 
     #[test]
     fn whitespace_is_the_javascript_set() {
-        for c in ['\t', '\n', '\u{B}', '\u{C}', '\r', ' ', '\u{A0}', '\u{1680}', '\u{2000}', '\u{200A}', '\u{2028}', '\u{2029}', '\u{202F}', '\u{205F}', '\u{3000}', '\u{FEFF}'] {
+        for c in [
+            '\t', '\n', '\u{B}', '\u{C}', '\r', ' ', '\u{A0}', '\u{1680}', '\u{2000}', '\u{200A}',
+            '\u{2028}', '\u{2029}', '\u{202F}', '\u{205F}', '\u{3000}', '\u{FEFF}',
+        ] {
             assert!(is_js_whitespace(c), "{c:?}");
         }
         for c in ['\u{85}', '\u{200B}', 'a', '\u{180E}'] {
@@ -128,7 +131,10 @@ mod tests {
 
     #[test]
     fn directives_are_broken() {
-        assert_eq!(neutralise_directives("see MEDIA:/etc/passwd"), "see MEDIA\u{200B}:/etc/passwd");
+        assert_eq!(
+            neutralise_directives("see MEDIA:/etc/passwd"),
+            "see MEDIA\u{200B}:/etc/passwd"
+        );
         assert_eq!(neutralise_directives("MEDIA  : x"), "MEDIA\u{200B}  : x");
         assert_eq!(neutralise_directives("MEDIA is fine"), "MEDIA is fine");
         assert_eq!(neutralise_directives("MEDIAMEDIA:"), "MEDIAMEDIA\u{200B}:");

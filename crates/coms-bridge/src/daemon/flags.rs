@@ -102,7 +102,9 @@ fn once<'a, T>(flag: &str, values: &'a [T]) -> Result<Option<&'a T>, FlagError> 
 fn ms(flag: &str, value: Option<&String>, default: u64) -> Result<u64, FlagError> {
     match value {
         None => Ok(default),
-        Some(text) => parse_ms(text).ok_or_else(|| FlagError(format!("{flag} must be a positive number"))),
+        Some(text) => {
+            parse_ms(text).ok_or_else(|| FlagError(format!("{flag} must be a positive number")))
+        }
     }
 }
 
@@ -124,7 +126,9 @@ impl Config {
         let project = project.map_or("default", String::as_str);
         validate_project(project).map_err(|e| FlagError(e.to_string()))?;
         if profile.is_some_and(|p| !is_hermes_profile(p)) {
-            return Err(FlagError("--hermes-profile must be a safe profile name".into()));
+            return Err(FlagError(
+                "--hermes-profile must be a safe profile name".into(),
+            ));
         }
         let env_timeout = timeout_ms_from_env(env.pi_coms_timeout_ms.as_deref());
         let questions_dir = match questions {
@@ -139,7 +143,11 @@ impl Config {
             timeout_ms: ms("--timeout", timeout, env_timeout)?,
             poll_ms: ms("--poll-ms", poll, DEFAULT_POLL_MS)?,
             foreign_grace_ms: ms("--foreign-grace-ms", grace, DEFAULT_FOREIGN_GRACE_MS)?,
-            hermes_timeout_ms: ms("--hermes-timeout-ms", hermes_timeout, DEFAULT_HERMES_TIMEOUT_MS)?,
+            hermes_timeout_ms: ms(
+                "--hermes-timeout-ms",
+                hermes_timeout,
+                DEFAULT_HERMES_TIMEOUT_MS,
+            )?,
             log_path: paths::log_path(&questions_dir),
             questions_dir,
             coms: Coms::from_env(env.pi_coms_dir.as_deref(), &env.home),
@@ -163,7 +171,9 @@ mod tests {
     }
 
     fn error(raw: RawFlags) -> String {
-        Config::from_flags(&raw, &env()).expect_err("refused").to_string()
+        Config::from_flags(&raw, &env())
+            .expect_err("refused")
+            .to_string()
     }
 
     #[test]
@@ -177,8 +187,14 @@ mod tests {
         assert_eq!(config.poll_ms, 1000);
         assert_eq!(config.foreign_grace_ms, 30_000);
         assert_eq!(config.hermes_timeout_ms, 120_000);
-        assert_eq!(config.questions_dir, Path::new("/home/u/.pi/coms/hermes-bridge/questions"));
-        assert_eq!(config.log_path, Path::new("/home/u/.pi/coms/hermes-bridge/log.ndjson"));
+        assert_eq!(
+            config.questions_dir,
+            Path::new("/home/u/.pi/coms/hermes-bridge/questions")
+        );
+        assert_eq!(
+            config.log_path,
+            Path::new("/home/u/.pi/coms/hermes-bridge/log.ndjson")
+        );
         assert_eq!(config.coms.root(), Path::new("/home/u/.pi/coms"));
     }
 
@@ -211,32 +227,62 @@ mod tests {
     #[test]
     fn refusals() {
         let two = || vec!["a".to_owned(), "b".to_owned()];
-        assert_eq!(error(RawFlags { to: two(), ..RawFlags::default() }), "--to may only be specified once");
-        assert_eq!(error(RawFlags { name: two(), ..RawFlags::default() }), "--name may only be specified once");
         assert_eq!(
-            error(RawFlags { questions_dir: vec!["a".into(), "b".into()], ..RawFlags::default() }),
+            error(RawFlags {
+                to: two(),
+                ..RawFlags::default()
+            }),
+            "--to may only be specified once"
+        );
+        assert_eq!(
+            error(RawFlags {
+                name: two(),
+                ..RawFlags::default()
+            }),
+            "--name may only be specified once"
+        );
+        assert_eq!(
+            error(RawFlags {
+                questions_dir: vec!["a".into(), "b".into()],
+                ..RawFlags::default()
+            }),
             "--questions-dir may only be specified once"
         );
         for bad in ["0", "-5", "1.5", "abc", "2147483648"] {
             assert_eq!(
-                error(RawFlags { timeout: vec![bad.into()], ..RawFlags::default() }),
+                error(RawFlags {
+                    timeout: vec![bad.into()],
+                    ..RawFlags::default()
+                }),
                 "--timeout must be a positive number"
             );
             assert_eq!(
-                error(RawFlags { poll_ms: vec![bad.into()], ..RawFlags::default() }),
+                error(RawFlags {
+                    poll_ms: vec![bad.into()],
+                    ..RawFlags::default()
+                }),
                 "--poll-ms must be a positive number"
             );
         }
         assert_eq!(
-            error(RawFlags { hermes_profile: vec!["Gateway.Prod".into()], ..RawFlags::default() }),
+            error(RawFlags {
+                hermes_profile: vec!["Gateway.Prod".into()],
+                ..RawFlags::default()
+            }),
             "--hermes-profile must be a safe profile name"
         );
         assert_eq!(
-            error(RawFlags { project: vec!["../x".into()], ..RawFlags::default() }),
+            error(RawFlags {
+                project: vec!["../x".into()],
+                ..RawFlags::default()
+            }),
             r#"Invalid project name: "../x""#
         );
         assert_eq!(
-            error(RawFlags { name: vec!["projects".into()], ..RawFlags::default() }),
+            error(RawFlags {
+                name: vec!["projects".into()],
+                ..RawFlags::default()
+            }),
             r#"Invalid reserved coms name: "projects""#
         );
     }

@@ -28,7 +28,12 @@ impl HermesSend {
         if let Some(profile) = &self.profile {
             args.extend(["--profile".to_owned(), profile.clone()]);
         }
-        args.extend(["send".to_owned(), "--to".to_owned(), self.target.clone(), text.to_owned()]);
+        args.extend([
+            "send".to_owned(),
+            "--to".to_owned(),
+            self.target.clone(),
+            text.to_owned(),
+        ]);
         args
     }
 
@@ -69,8 +74,21 @@ mod tests {
             target: "telegram:1:2".into(),
             limit: Duration::from_secs(1),
         };
-        assert_eq!(send.args("❓ q"), ["--profile", "gateway-prod", "send", "--to", "telegram:1:2", "❓ q"]);
-        let plain = HermesSend { profile: None, ..send };
+        assert_eq!(
+            send.args("❓ q"),
+            [
+                "--profile",
+                "gateway-prod",
+                "send",
+                "--to",
+                "telegram:1:2",
+                "❓ q"
+            ]
+        );
+        let plain = HermesSend {
+            profile: None,
+            ..send
+        };
         assert_eq!(plain.args("x"), ["send", "--to", "telegram:1:2", "x"]);
     }
 

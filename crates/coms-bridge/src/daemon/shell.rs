@@ -90,10 +90,11 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     // Directories (coms-bridge.md §5.2 step 2); ours are created 0700 (coms-bridge.md §3).
     let coms = config.coms.clone();
     let project = config.project.clone();
-    coms.ensure_dirs(&project).map_err(|source| DaemonError::Directory {
-        path: coms.agents_dir(&project),
-        source,
-    })?;
+    coms.ensure_dirs(&project)
+        .map_err(|source| DaemonError::Directory {
+            path: coms.agents_dir(&project),
+            source,
+        })?;
     private_dir(&config.questions_dir)?;
     if let Some(parent) = config.log_path.parent() {
         private_dir(parent)?;
@@ -112,14 +113,18 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let endpoint = coms.endpoint(&session_id);
     let len = endpoint.as_os_str().len();
     if len > SOCKET_PATH_LIMIT {
-        return Err(DaemonError::SocketPathTooLong { path: endpoint, len });
+        return Err(DaemonError::SocketPathTooLong {
+            path: endpoint,
+            len,
+        });
     }
 
     // Bind and serve (step 4); timers (step 5); signal handlers (step 6).
     let listener = bind_endpoint(&endpoint).await?;
     let mut poll = tokio::time::interval(Duration::from_millis(config.poll_ms));
     poll.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    let mut heartbeat =
+        tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Skip);
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
@@ -185,7 +190,9 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
         let deadline = bridge.next_deadline();
         let due = async {
             match deadline {
-                Some(at) => tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await,
+                Some(at) => {
+                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await
+                }
                 None => std::future::pending().await,
             }
         };
@@ -270,7 +277,12 @@ impl Shell {
                         let _ = done.send((job, result));
                     });
                 }
-                Effect::Respond { endpoint, qid, purpose, envelope } => {
+                Effect::Respond {
+                    endpoint,
+                    qid,
+                    purpose,
+                    envelope,
+                } => {
                     tokio::spawn(async move {
                         if let Err(error) = exchange(Path::new(&endpoint), &envelope).await {
                             diagnostic(&format!(
@@ -299,7 +311,10 @@ fn append_log(path: &Path, record: &LogRecord) {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
         file.write_all(record.render().as_bytes())
     };
     if let Err(error) = write() {

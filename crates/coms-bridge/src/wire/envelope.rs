@@ -325,7 +325,8 @@ mod tests {
         assert_eq!(parsed.msg_id, "01BX5ZZKBKACTAV9WEVGEMMVRZ");
         assert_eq!(parsed.sender_name.as_deref(), Some("claude-cli"));
         // Only type, msg_id, prompt, sender_endpoint and a numeric hops are required.
-        let minimal = json!({"type":"prompt","msg_id":"x","prompt":"p","sender_endpoint":"e","hops":1.5});
+        let minimal =
+            json!({"type":"prompt","msg_id":"x","prompt":"p","sender_endpoint":"e","hops":1.5});
         assert!(matches!(classify(&minimal), Incoming::Prompt(_)));
         for key in ["msg_id", "prompt", "sender_endpoint", "hops"] {
             let mut broken = minimal.clone();
@@ -358,7 +359,9 @@ mod tests {
             cancel.to_string(),
             r#"{"type":"cancel","msg_id":"01BX5ZZKBKACTAV9WEVGEMMVRZ","from":"ask-user-remote","to":"user-remote","created_at":"2026-07-08T12:34:56.000Z","ref_msg_id":"01ARZ3NDEKTSV4RRFFQ69G5FAV"}"#
         );
-        assert!(matches!(classify(&cancel), Incoming::Cancel(c) if c.ref_msg_id == "01ARZ3NDEKTSV4RRFFQ69G5FAV"));
+        assert!(
+            matches!(classify(&cancel), Incoming::Cancel(c) if c.ref_msg_id == "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+        );
         for key in ["msg_id", "from", "to", "created_at", "ref_msg_id"] {
             for bad in [json!(""), json!(5), Value::Null] {
                 let mut broken = cancel.clone();
@@ -367,7 +370,10 @@ mod tests {
             }
             let mut missing = cancel.clone();
             missing.as_object_mut().expect("object").remove(key);
-            assert!(matches!(classify(&missing), Incoming::Other { .. }), "{key}");
+            assert!(
+                matches!(classify(&missing), Incoming::Other { .. }),
+                "{key}"
+            );
         }
     }
 
@@ -391,7 +397,10 @@ mod tests {
             json!(null),
             json!({"msg_id":"a"}),
         ] {
-            assert!(matches!(classify(&other), Incoming::Other { .. }), "{other}");
+            assert!(
+                matches!(classify(&other), Incoming::Other { .. }),
+                "{other}"
+            );
         }
     }
 

@@ -78,7 +78,9 @@ mod tests {
         for good in ["default", "af", "acme.prod", "hermes-bridge-test", "A_1"] {
             assert_eq!(validate_project(good), Ok(()), "{good}");
         }
-        for bad in ["", ".", "..", "a..b", "../bad", "a/b", "a\\b", "-a", ".a", "a b", "é"] {
+        for bad in [
+            "", ".", "..", "a..b", "../bad", "a/b", "a\\b", "-a", ".a", "a b", "é",
+        ] {
             assert!(validate_project(bad).is_err(), "{bad}");
         }
         assert_eq!(
@@ -109,7 +111,15 @@ mod tests {
         for good in ["default", "gateway-prod", "a", "0_x", &"a".repeat(64)] {
             assert!(is_hermes_profile(good), "{good}");
         }
-        for bad in ["", "Default", "gateway.prod", "-a", "_a", "a b", &"a".repeat(65)] {
+        for bad in [
+            "",
+            "Default",
+            "gateway.prod",
+            "-a",
+            "_a",
+            "a b",
+            &"a".repeat(65),
+        ] {
             assert!(!is_hermes_profile(bad), "{bad}");
         }
     }

@@ -232,7 +232,9 @@ mod tests {
 
     /// A pid that is certainly gone: a child we started and reaped.
     fn dead_pid() -> u32 {
-        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
         let pid = child.id();
         child.wait().expect("wait");
         pid
@@ -272,7 +274,10 @@ mod tests {
     #[test]
     fn paths_follow_pi_coms_dir_or_home() {
         let home = Path::new("/home/u");
-        assert_eq!(Coms::from_env(None, home).root(), Path::new("/home/u/.pi/coms"));
+        assert_eq!(
+            Coms::from_env(None, home).root(),
+            Path::new("/home/u/.pi/coms")
+        );
         assert_eq!(
             Coms::from_env(Some(OsStr::new("")), home).root(),
             Path::new("/home/u/.pi/coms")
@@ -294,7 +299,9 @@ mod tests {
             .write_entry("p", &entry("user-remote", std::process::id(), NOW), NOW)
             .expect("write");
         let text = std::fs::read_to_string(&path).expect("read");
-        assert!(text.starts_with("{\n  \"session_id\": \"01ARZ3NDEKTSV4RRFFQ69G5FAV\",\n  \"name\""));
+        assert!(
+            text.starts_with("{\n  \"session_id\": \"01ARZ3NDEKTSV4RRFFQ69G5FAV\",\n  \"name\"")
+        );
         assert!(text.ends_with("\"heartbeat_at\": \"2026-07-24T12:34:56.000Z\"\n}"));
         let names: Vec<_> = std::fs::read_dir(coms.agents_dir("p"))
             .expect("dir")
@@ -316,8 +323,10 @@ mod tests {
         coms.ensure_dirs("p").expect("dirs");
         let gone = dead_pid();
         let stale = NOW - 200_000;
-        coms.write_entry("p", &entry("dead", gone, stale), NOW).expect("write");
-        coms.write_entry("p", &entry("fresh", gone, NOW - 1_000), NOW).expect("write");
+        coms.write_entry("p", &entry("dead", gone, stale), NOW)
+            .expect("write");
+        coms.write_entry("p", &entry("fresh", gone, NOW - 1_000), NOW)
+            .expect("write");
         coms.write_entry("p", &entry("alive", std::process::id(), stale), NOW)
             .expect("write");
         std::fs::write(coms.agents_dir("p").join("junk.json"), "{").expect("junk");
@@ -335,7 +344,10 @@ mod tests {
         assert_eq!(live, ["alive", "fresh"]);
         assert!(!coms.entry_path("p", "dead").exists());
         assert!(coms.entry_path("p", "fresh").exists());
-        assert!(coms.agents_dir("p").join("junk.json").exists(), "unparseable: skipped");
+        assert!(
+            coms.agents_dir("p").join("junk.json").exists(),
+            "unparseable: skipped"
+        );
         // An entry whose pid cannot be probed is never deleted.
         let odd = json!({"name": "odd", "endpoint": "/e", "pid": "x"});
         assert!(is_live(&odd, NOW));
@@ -348,8 +360,10 @@ mod tests {
         coms.ensure_dirs("p").expect("dirs");
         assert_eq!(coms.unique_name("p", "user-remote", NOW), "user-remote");
         let me = std::process::id();
-        coms.write_entry("p", &entry("user-remote", me, NOW), NOW).expect("write");
-        coms.write_entry("p", &entry("user-remote3", me, NOW), NOW).expect("write");
+        coms.write_entry("p", &entry("user-remote", me, NOW), NOW)
+            .expect("write");
+        coms.write_entry("p", &entry("user-remote3", me, NOW), NOW)
+            .expect("write");
         assert_eq!(coms.unique_name("p", "user-remote", NOW), "user-remote2");
         coms.write_entry("p", &entry("user-remote2", dead_pid(), NOW - 200_000), NOW)
             .expect("write");

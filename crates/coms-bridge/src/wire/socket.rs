@@ -141,8 +141,7 @@ pub async fn exchange(endpoint: &Path, envelope: &Value) -> Result<Value, Exchan
             Line::Closed => return Err(ExchangeError::Closed),
         };
         let _ = stream.shutdown().await;
-        let reply: Value =
-            serde_json::from_str(&reply).map_err(|_| ExchangeError::InvalidReply)?;
+        let reply: Value = serde_json::from_str(&reply).map_err(|_| ExchangeError::InvalidReply)?;
         if reply.get("type").and_then(Value::as_str) == Some("nack") {
             let error = reply
                 .get("error")
@@ -196,9 +195,18 @@ mod tests {
         runtime().block_on(async {
             let mut reader = LineReader::default();
             let mut input: &[u8] = b"one\ntwo\npartial";
-            assert_eq!(reader.next_line(&mut input).await.expect("read"), Line::Text("one".into()));
-            assert_eq!(reader.next_line(&mut input).await.expect("read"), Line::Text("two".into()));
-            assert_eq!(reader.next_line(&mut input).await.expect("read"), Line::Closed);
+            assert_eq!(
+                reader.next_line(&mut input).await.expect("read"),
+                Line::Text("one".into())
+            );
+            assert_eq!(
+                reader.next_line(&mut input).await.expect("read"),
+                Line::Text("two".into())
+            );
+            assert_eq!(
+                reader.next_line(&mut input).await.expect("read"),
+                Line::Closed
+            );
 
             let exactly = vec![b'a'; LINE_CAP];
             let mut input = [exactly.as_slice(), b"\n"].concat();
@@ -210,7 +218,10 @@ mod tests {
             input.insert(0, b'a');
             let mut slice = input.as_slice();
             assert_eq!(
-                LineReader::default().next_line(&mut slice).await.expect("read"),
+                LineReader::default()
+                    .next_line(&mut slice)
+                    .await
+                    .expect("read"),
                 Line::TooLarge
             );
         });
@@ -229,7 +240,10 @@ mod tests {
                     None,
                 ] {
                     let (mut stream, _) = listener.accept().await.expect("accept");
-                    let line = LineReader::default().next_line(&mut stream).await.expect("read");
+                    let line = LineReader::default()
+                        .next_line(&mut stream)
+                        .await
+                        .expect("read");
                     assert_eq!(line, Line::Text("{\"type\":\"ping\"}".into()));
                     if let Some(reply) = reply {
                         stream.write_all(reply.as_bytes()).await.expect("write");
@@ -239,14 +253,23 @@ mod tests {
             let ping = serde_json::json!({"type": "ping"});
             let ack = exchange(&path, &ping).await.expect("ack");
             assert_eq!(ack["type"], "ack");
-            assert_eq!(exchange(&path, &ping).await.expect_err("nack").to_string(), "no");
             assert_eq!(
-                exchange(&path, &ping).await.expect_err("closed").to_string(),
+                exchange(&path, &ping).await.expect_err("nack").to_string(),
+                "no"
+            );
+            assert_eq!(
+                exchange(&path, &ping)
+                    .await
+                    .expect_err("closed")
+                    .to_string(),
                 "connection closed before line received"
             );
             server.await.expect("server");
             let missing = dir.path().join("missing.sock");
-            assert!(matches!(exchange(&missing, &ping).await, Err(ExchangeError::Io(_))));
+            assert!(matches!(
+                exchange(&missing, &ping).await,
+                Err(ExchangeError::Io(_))
+            ));
         });
     }
 }

@@ -32,7 +32,8 @@ fn prompt(qid: &str, text: &str) -> Input {
 }
 
 fn ask_user(qid: &str) -> Input {
-    let payload = json!({"question": "Ship?", "options": [{"title": "Approve"}, {"title": "Revise"}]});
+    let payload =
+        json!({"question": "Ship?", "options": [{"title": "Approve"}, {"title": "Revise"}]});
     prompt(qid, &payload.to_string())
 }
 
@@ -59,7 +60,11 @@ fn logs(effects: &[Effect]) -> Vec<(String, String, Option<Value>)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Log(r) => Some((r.event_name().to_owned(), r.qid().to_owned(), r.detail().cloned())),
+            Effect::Log(r) => Some((
+                r.event_name().to_owned(),
+                r.qid().to_owned(),
+                r.detail().cloned(),
+            )),
             _ => None,
         })
         .collect()
@@ -83,9 +88,12 @@ fn responses(effects: &[Effect]) -> Vec<(String, Purpose, Value)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Respond { endpoint, purpose, envelope, .. } => {
-                Some((endpoint.clone(), *purpose, envelope.clone()))
-            }
+            Effect::Respond {
+                endpoint,
+                purpose,
+                envelope,
+                ..
+            } => Some((endpoint.clone(), *purpose, envelope.clone())),
             _ => None,
         })
         .collect()
@@ -111,7 +119,11 @@ fn happy_path_acks_first_then_delivers_and_answers() {
     assert_eq!(reply(&effects), json!({"type": "ack", "msg_id": Q1}));
     assert_eq!(
         logs(&effects),
-        [("question_received".into(), Q1.into(), Some(json!({"from": "claude-cli"})))]
+        [(
+            "question_received".into(),
+            Q1.into(),
+            Some(json!({"from": "claude-cli"}))
+        )]
     );
     let (job, text) = runs(&effects).remove(0);
     assert!(text.starts_with(&format!("❓ [HUB-Q:{Q1}] Ship?")));
@@ -120,16 +132,44 @@ fn happy_path_acks_first_then_delivers_and_answers() {
     assert_eq!(bridge.queue_depth(), 1);
     assert_eq!(bridge.next_deadline(), Some(T0 + 120_000));
 
-    let effects = bridge.handle(Input::HermesDone { job, result: Ok(()) }, T0 + 10);
-    assert_eq!(logs(&effects), [("delivered".into(), Q1.into(), Some(json!({"to": "telegram"})))]);
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job,
+            result: Ok(()),
+        },
+        T0 + 10,
+    );
+    assert_eq!(
+        logs(&effects),
+        [(
+            "delivered".into(),
+            Q1.into(),
+            Some(json!({"to": "telegram"}))
+        )]
+    );
     assert_eq!(bridge.state_of(Q1), Some(State::Delivered));
 
     let effects = bridge.handle(Input::Scan(vec![answer_file(Q1, " 2 ")]), T0 + 20);
-    assert_eq!(effects[0], Effect::Delete { file: format!("{Q1}.answer.json") });
-    assert_eq!(logs(&effects), [("answered".into(), Q1.into(), Some(json!({"answered_by": "telegram:ann"})))]);
+    assert_eq!(
+        effects[0],
+        Effect::Delete {
+            file: format!("{Q1}.answer.json")
+        }
+    );
+    assert_eq!(
+        logs(&effects),
+        [(
+            "answered".into(),
+            Q1.into(),
+            Some(json!({"answered_by": "telegram:ann"}))
+        )]
+    );
     let (endpoint, purpose, envelope) = responses(&effects).remove(0);
     assert_eq!((endpoint.as_str(), purpose), (PEER, Purpose::Answer));
-    assert_eq!(envelope["response"], json!({"kind": "selection", "selections": ["Revise"]}));
+    assert_eq!(
+        envelope["response"],
+        json!({"kind": "selection", "selections": ["Revise"]})
+    );
     assert_eq!(envelope["error"], Value::Null);
     assert_eq!(envelope["hops"], 0);
     assert_eq!(envelope["msg_id"], Q1);
@@ -150,7 +190,10 @@ fn dispatch_replies() {
     assert_eq!(pong["agent_card"]["queue_depth"], 2);
     assert_eq!(pong["agent_card"]["name"], "user-remote");
     assert_eq!(pong["agent_card"]["status"], "idle");
-    assert_eq!(reply(&bridge.handle(Input::Line(json!({"type": "ping"})), T0))["msg_id"], "");
+    assert_eq!(
+        reply(&bridge.handle(Input::Line(json!({"type": "ping"})), T0))["msg_id"],
+        ""
+    );
     for other in [
         json!({"type": "response", "msg_id": "r", "response": null}),
         json!({"type": "prompt", "msg_id": "r", "prompt": "p", "sender_endpoint": "e"}),
@@ -178,7 +221,10 @@ fn an_invalid_qid_is_acked_then_answered_with_an_error_and_not_logged() {
     let (_, purpose, envelope) = responses(&effects).remove(0);
     assert_eq!(purpose, Purpose::Error);
     assert_eq!(envelope["response"], Value::Null);
-    assert_eq!(envelope["error"], "prompt msg_id must be a 26-character Crockford ULID qid");
+    assert_eq!(
+        envelope["error"],
+        "prompt msg_id must be a 26-character Crockford ULID qid"
+    );
     assert_eq!(bridge.queue_depth(), 0);
 }
 
@@ -187,9 +233,14 @@ fn plain_prompts_carry_their_sender_as_context() {
     let mut bridge = Bridge::new(config());
     let effects = bridge.handle(prompt(Q1, "Can you answer?"), T0);
     let text = &runs(&effects)[0].1;
-    assert!(text.contains("Can you answer?\n\n📁 Project: hermes-bridge-test\n\nContext: From claude-cli @ /w\n\n↩"));
+    assert!(text.contains(
+        "Can you answer?\n\n📁 Project: hermes-bridge-test\n\nContext: From claude-cli @ /w\n\n↩"
+    ));
     let effects = bridge.handle(Input::Scan(vec![answer_file(Q1, "2")]), T0 + 1);
-    assert_eq!(responses(&effects)[0].2["response"], json!({"kind": "freeform", "text": "2"}));
+    assert_eq!(
+        responses(&effects)[0].2["response"],
+        json!({"kind": "freeform", "text": "2"})
+    );
 }
 
 #[test]
@@ -198,7 +249,13 @@ fn an_answer_before_hermes_returns_is_accepted_and_delivered_is_not_logged() {
     let job = asked(&mut bridge, Q1, T0);
     let effects = bridge.handle(Input::Scan(vec![answer_file(Q1, "Approve")]), T0 + 5);
     assert_eq!(events(&effects), ["answered"]);
-    let effects = bridge.handle(Input::HermesDone { job, result: Ok(()) }, T0 + 10);
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job,
+            result: Ok(()),
+        },
+        T0 + 10,
+    );
     assert!(effects.is_empty());
     assert_eq!(bridge.state_of(Q1), Some(State::Answered));
 }
@@ -208,16 +265,41 @@ fn cancel_closes_and_a_late_answer_gets_a_note_but_no_response() {
     let mut bridge = Bridge::new(config());
     asked(&mut bridge, Q1, T0);
     let effects = bridge.handle(cancel(Q1), T0 + 1);
-    assert_eq!(reply(&effects), json!({"type": "ack", "msg_id": "01CANCE100000000000000000X"}));
-    assert_eq!(logs(&effects), [("cancelled".into(), Q1.into(), Some(json!({"reason": "cancel envelope"})))]);
+    assert_eq!(
+        reply(&effects),
+        json!({"type": "ack", "msg_id": "01CANCE100000000000000000X"})
+    );
+    assert_eq!(
+        logs(&effects),
+        [(
+            "cancelled".into(),
+            Q1.into(),
+            Some(json!({"reason": "cancel envelope"}))
+        )]
+    );
     assert_eq!(runs(&effects)[0].1, crate::core::outcome::cancel_note(Q1));
     assert!(responses(&effects).is_empty());
     assert_eq!(bridge.next_deadline(), None, "the timer went with it");
 
     // Even invalid content for a closed qid is a late answer.
-    let effects = bridge.handle(Input::Scan(vec![raw_file(&format!("{Q1}.answer.json"), "{")]), T0 + 2);
-    assert_eq!(effects[0], Effect::Delete { file: format!("{Q1}.answer.json") });
-    assert_eq!(logs(&effects), [("late_answer".into(), Q1.into(), Some(json!({"state": "cancelled"})))]);
+    let effects = bridge.handle(
+        Input::Scan(vec![raw_file(&format!("{Q1}.answer.json"), "{")]),
+        T0 + 2,
+    );
+    assert_eq!(
+        effects[0],
+        Effect::Delete {
+            file: format!("{Q1}.answer.json")
+        }
+    );
+    assert_eq!(
+        logs(&effects),
+        [(
+            "late_answer".into(),
+            Q1.into(),
+            Some(json!({"state": "cancelled"}))
+        )]
+    );
     assert_eq!(runs(&effects)[0].1, crate::core::outcome::late_note(Q1));
     assert!(responses(&effects).is_empty());
 
@@ -234,8 +316,18 @@ fn timeout_logs_notes_and_answers_once() {
     asked(&mut bridge, Q1, T0);
     assert!(bridge.handle(Input::Tick, T0 + 119_999).is_empty());
     let effects = bridge.handle(Input::Tick, T0 + 120_000);
-    assert_eq!(logs(&effects), [("timeout".into(), Q1.into(), Some(json!({"timeout_ms": 120_000})))]);
-    assert_eq!(runs(&effects)[0].1, format!("⌛ [HUB-Q:{Q1}] The question timed out after 120000ms."));
+    assert_eq!(
+        logs(&effects),
+        [(
+            "timeout".into(),
+            Q1.into(),
+            Some(json!({"timeout_ms": 120_000}))
+        )]
+    );
+    assert_eq!(
+        runs(&effects)[0].1,
+        format!("⌛ [HUB-Q:{Q1}] The question timed out after 120000ms.")
+    );
     let (_, purpose, envelope) = responses(&effects).remove(0);
     assert_eq!(purpose, Purpose::Timeout);
     assert_eq!(envelope["response"], Value::Null);
@@ -249,18 +341,37 @@ fn a_failed_send_answers_with_the_error_and_leaves_the_qid_unknown() {
     let mut bridge = Bridge::new(config());
     let job = asked(&mut bridge, Q1, T0);
     let error = "hermes send failed (42): fake hermes failure for x".to_owned();
-    let effects = bridge.handle(Input::HermesDone { job, result: Err(error.clone()) }, T0 + 1);
-    assert_eq!(logs(&effects), [("delivery_error".into(), Q1.into(), Some(json!({"error": error})))]);
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job,
+            result: Err(error.clone()),
+        },
+        T0 + 1,
+    );
+    assert_eq!(
+        logs(&effects),
+        [(
+            "delivery_error".into(),
+            Q1.into(),
+            Some(json!({"error": error}))
+        )]
+    );
     assert_eq!(responses(&effects)[0].2["error"], error.as_str());
     assert_eq!(bridge.state_of(Q1), None);
     assert_eq!(bridge.next_deadline(), None);
     // A later answer is foreign, not late.
     let file = answer_file(Q1, "x");
-    assert!(bridge.handle(Input::Scan(vec![file.clone()]), T0 + 2).is_empty());
+    assert!(bridge
+        .handle(Input::Scan(vec![file.clone()]), T0 + 2)
+        .is_empty());
     let effects = bridge.handle(Input::Scan(vec![file]), T0 + 102);
     assert_eq!(
         logs(&effects),
-        [("answer_rejected".into(), Q1.into(), Some(json!({"reason": "foreign_qid", "file": format!("{Q1}.answer.json")})))]
+        [(
+            "answer_rejected".into(),
+            Q1.into(),
+            Some(json!({"reason": "foreign_qid", "file": format!("{Q1}.answer.json")}))
+        )]
     );
 }
 
@@ -270,8 +381,18 @@ fn a_timeout_during_a_slow_failing_send_is_the_only_response() {
     let job = asked(&mut bridge, Q1, T0);
     let effects = bridge.handle(Input::Tick, T0 + 120_000);
     assert_eq!(responses(&effects).len(), 1);
-    let effects = bridge.handle(Input::HermesDone { job, result: Err("hermes send failed (1)".into()) }, T0 + 130_000);
-    assert_eq!(events(&effects), ["delivery_error"], "still logged (coms-bridge.md §6.3)");
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job,
+            result: Err("hermes send failed (1)".into()),
+        },
+        T0 + 130_000,
+    );
+    assert_eq!(
+        events(&effects),
+        ["delivery_error"],
+        "still logged (coms-bridge.md §6.3)"
+    );
     assert!(responses(&effects).is_empty());
 }
 
@@ -280,19 +401,47 @@ fn failing_notes_are_delivery_errors_with_their_phase() {
     let mut bridge = Bridge::new(config());
     asked(&mut bridge, Q1, T0);
     let note = runs(&bridge.handle(cancel(Q1), T0 + 1))[0].0;
-    let effects = bridge.handle(Input::HermesDone { job: note, result: Err("boom".into()) }, T0 + 2);
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job: note,
+            result: Err("boom".into()),
+        },
+        T0 + 2,
+    );
     assert_eq!(
         logs(&effects),
-        [("delivery_error".into(), Q1.into(), Some(json!({"phase": "cancel_note", "error": "boom"})))]
+        [(
+            "delivery_error".into(),
+            Q1.into(),
+            Some(json!({"phase": "cancel_note", "error": "boom"}))
+        )]
     );
     assert_eq!(bridge.state_of(Q1), Some(State::Cancelled));
     asked(&mut bridge, Q2, T0);
     let timeout_note = runs(&bridge.handle(Input::Tick, T0 + 120_000))[0].0;
-    let effects = bridge.handle(Input::HermesDone { job: timeout_note, result: Err("x".into()) }, T0 + 120_001);
-    assert_eq!(logs(&effects)[0].2.as_ref().expect("detail")["phase"], "timeout_note");
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job: timeout_note,
+            result: Err("x".into()),
+        },
+        T0 + 120_001,
+    );
+    assert_eq!(
+        logs(&effects)[0].2.as_ref().expect("detail")["phase"],
+        "timeout_note"
+    );
     let late = runs(&bridge.handle(Input::Scan(vec![answer_file(Q2, "y")]), T0 + 120_002))[0].0;
-    let effects = bridge.handle(Input::HermesDone { job: late, result: Err("x".into()) }, T0 + 120_003);
-    assert_eq!(logs(&effects)[0].2.as_ref().expect("detail")["phase"], "late_note");
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job: late,
+            result: Err("x".into()),
+        },
+        T0 + 120_003,
+    );
+    assert_eq!(
+        logs(&effects)[0].2.as_ref().expect("detail")["phase"],
+        "late_note"
+    );
 }
 
 #[test]
@@ -302,21 +451,37 @@ fn rejected_files_are_deleted_before_they_are_logged() {
     let files = vec![
         raw_file("not-an-answer.json", "{}"),
         raw_file("not-a-ulid.answer.json", "{}"),
-        raw_file(&format!("{Q1}.answer.json"), &json!({"qid": Q1, "answer": "x"}).to_string()),
+        raw_file(
+            &format!("{Q1}.answer.json"),
+            &json!({"qid": Q1, "answer": "x"}).to_string(),
+        ),
     ];
     let effects = bridge.handle(Input::Scan(files), T0 + 1);
     let expected = [
         (&*format!("{Q1}.answer.json"), "invalid_schema", Q1),
-        ("not-a-ulid.answer.json", "invalid_qid", crate::core::log::ZERO_QID),
-        ("not-an-answer.json", "invalid_path", crate::core::log::ZERO_QID),
+        (
+            "not-a-ulid.answer.json",
+            "invalid_qid",
+            crate::core::log::ZERO_QID,
+        ),
+        (
+            "not-an-answer.json",
+            "invalid_path",
+            crate::core::log::ZERO_QID,
+        ),
     ];
     assert_eq!(effects.len(), 6);
     for (pair, (file, reason, qid)) in effects.chunks(2).zip(expected) {
         assert_eq!(pair[0], Effect::Delete { file: file.into() });
-        let Effect::Log(record) = &pair[1] else { panic!("a log record") };
+        let Effect::Log(record) = &pair[1] else {
+            panic!("a log record")
+        };
         assert_eq!(record.event_name(), "answer_rejected");
         assert_eq!(record.qid(), qid);
-        assert_eq!(record.detail(), Some(&json!({"reason": reason, "file": file})));
+        assert_eq!(
+            record.detail(),
+            Some(&json!({"reason": reason, "file": file}))
+        );
     }
     assert_eq!(bridge.state_of(Q1), Some(State::Pending), "still waiting");
 }
@@ -328,10 +493,15 @@ fn dot_files_and_unreadable_entries_are_left_alone() {
     let entries = vec![
         raw_file(".hermes-tmp.abc123", "{"),
         raw_file(&format!(".{Q1}.answer.json"), "{"),
-        DirEntry { name: format!("{Q1}.answer.json"), content: None },
+        DirEntry {
+            name: format!("{Q1}.answer.json"),
+            content: None,
+        },
     ];
     for later in [1, 10_000, 100_000] {
-        assert!(bridge.handle(Input::Scan(entries.clone()), T0 + later).is_empty());
+        assert!(bridge
+            .handle(Input::Scan(entries.clone()), T0 + later)
+            .is_empty());
     }
 }
 
@@ -342,26 +512,57 @@ fn partial_writes_wait_out_the_grace() {
     assert_eq!(bridge.json_grace_ms(), 1000);
     let partial = raw_file(&format!("{Q1}.answer.json"), "{\"qid\":");
     for at in [0, 25, 500, 999] {
-        assert!(bridge.handle(Input::Scan(vec![partial.clone()]), T0 + 100 + at).is_empty(), "{at}");
+        assert!(
+            bridge
+                .handle(Input::Scan(vec![partial.clone()]), T0 + 100 + at)
+                .is_empty(),
+            "{at}"
+        );
     }
-    let effects = bridge.handle(Input::Scan(vec![answer_file(Q1, "Finished write")]), T0 + 1099);
-    assert_eq!(responses(&effects)[0].2["response"], json!({"kind": "freeform", "text": "Finished write"}));
+    let effects = bridge.handle(
+        Input::Scan(vec![answer_file(Q1, "Finished write")]),
+        T0 + 1099,
+    );
+    assert_eq!(
+        responses(&effects)[0].2["response"],
+        json!({"kind": "freeform", "text": "Finished write"})
+    );
 
     asked(&mut bridge, Q2, T0);
     let garbage = raw_file(&format!("{Q2}.answer.json"), "not json at all");
-    assert!(bridge.handle(Input::Scan(vec![garbage.clone()]), T0 + 2000).is_empty());
+    assert!(bridge
+        .handle(Input::Scan(vec![garbage.clone()]), T0 + 2000)
+        .is_empty());
     let effects = bridge.handle(Input::Scan(vec![garbage]), T0 + 3000);
-    assert_eq!(effects[0], Effect::Delete { file: format!("{Q2}.answer.json") });
-    assert_eq!(logs(&effects)[0].2.as_ref().expect("detail")["reason"], "invalid_json");
+    assert_eq!(
+        effects[0],
+        Effect::Delete {
+            file: format!("{Q2}.answer.json")
+        }
+    );
+    assert_eq!(
+        logs(&effects)[0].2.as_ref().expect("detail")["reason"],
+        "invalid_json"
+    );
 
     // A vanished file's clock is forgotten.
-    let mut bridge = Bridge::new(BridgeConfig { poll_ms: 800, ..config() });
+    let mut bridge = Bridge::new(BridgeConfig {
+        poll_ms: 800,
+        ..config()
+    });
     assert_eq!(bridge.json_grace_ms(), 1600);
     asked(&mut bridge, Q1, T0);
     let partial = raw_file(&format!("{Q1}.answer.json"), "{");
-    assert!(bridge.handle(Input::Scan(vec![partial.clone()]), T0).is_empty());
+    assert!(bridge
+        .handle(Input::Scan(vec![partial.clone()]), T0)
+        .is_empty());
     assert!(bridge.handle(Input::Scan(Vec::new()), T0 + 1000).is_empty());
-    assert!(bridge.handle(Input::Scan(vec![partial]), T0 + 2000).is_empty(), "a new first sight");
+    assert!(
+        bridge
+            .handle(Input::Scan(vec![partial]), T0 + 2000)
+            .is_empty(),
+        "a new first sight"
+    );
 }
 
 #[test]
@@ -370,13 +571,29 @@ fn duplicate_prompts_replace_and_reopen() {
     let first = asked(&mut bridge, Q1, T0);
     let second = asked(&mut bridge, Q1, T0 + 50);
     assert_eq!(bridge.queue_depth(), 1);
-    assert_eq!(bridge.next_deadline(), Some(T0 + 50 + 120_000), "the old timer is gone");
+    assert_eq!(
+        bridge.next_deadline(),
+        Some(T0 + 50 + 120_000),
+        "the old timer is gone"
+    );
     // The first run's failure no longer owns the question.
-    let effects = bridge.handle(Input::HermesDone { job: first, result: Err("old".into()) }, T0 + 60);
+    let effects = bridge.handle(
+        Input::HermesDone {
+            job: first,
+            result: Err("old".into()),
+        },
+        T0 + 60,
+    );
     assert_eq!(events(&effects), ["delivery_error"]);
     assert!(responses(&effects).is_empty());
     assert_eq!(bridge.state_of(Q1), Some(State::Pending));
-    bridge.handle(Input::HermesDone { job: second, result: Ok(()) }, T0 + 70);
+    bridge.handle(
+        Input::HermesDone {
+            job: second,
+            result: Ok(()),
+        },
+        T0 + 70,
+    );
     assert_eq!(bridge.state_of(Q1), Some(State::Delivered));
     bridge.handle(cancel(Q1), T0 + 80);
     // A closed qid asked again is answerable (coms-bridge.md §15, open question 6).
@@ -389,8 +606,12 @@ fn duplicate_prompts_replace_and_reopen() {
 fn foreign_files_wait_their_grace_and_evicted_qids_become_foreign() {
     let mut bridge = Bridge::new(config());
     let foreign = answer_file(Q2, "not mine");
-    assert!(bridge.handle(Input::Scan(vec![foreign.clone()]), T0).is_empty());
-    assert!(bridge.handle(Input::Scan(vec![foreign.clone()]), T0 + 99).is_empty());
+    assert!(bridge
+        .handle(Input::Scan(vec![foreign.clone()]), T0)
+        .is_empty());
+    assert!(bridge
+        .handle(Input::Scan(vec![foreign.clone()]), T0 + 99)
+        .is_empty());
     let effects = bridge.handle(Input::Scan(vec![foreign]), T0 + 100);
     assert_eq!(events(&effects), ["answer_rejected"]);
 
@@ -404,9 +625,14 @@ fn foreign_files_wait_their_grace_and_evicted_qids_become_foreign() {
     let effects = bridge.handle(Input::Scan(vec![answer_file(&qids[1], "late")]), T0);
     assert_eq!(events(&effects), ["late_answer"]);
     let evicted = answer_file(&qids[0], "late");
-    assert!(bridge.handle(Input::Scan(vec![evicted.clone()]), T0).is_empty());
+    assert!(bridge
+        .handle(Input::Scan(vec![evicted.clone()]), T0)
+        .is_empty());
     let effects = bridge.handle(Input::Scan(vec![evicted]), T0 + 100);
-    assert_eq!(logs(&effects)[0].2.as_ref().expect("detail")["reason"], "foreign_qid");
+    assert_eq!(
+        logs(&effects)[0].2.as_ref().expect("detail")["reason"],
+        "foreign_qid"
+    );
 }
 
 #[derive(Debug, Clone)]
