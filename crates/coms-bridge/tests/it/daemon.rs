@@ -591,3 +591,27 @@ async fn a_late_answer_with_invalid_content_is_still_late() {
     assert_eq!(late["detail"], json!({"state": "cancelled"}));
     assert!(!sandbox.has_event("answer_rejected"));
 }
+
+#[tokio::test]
+async fn a_socket_path_that_does_not_fit_fails_at_startup() {
+    let sandbox = Sandbox::new();
+    let long = sandbox.path(&"c".repeat(90));
+    let output = sandbox
+        .command(&[])
+        .env("PI_COMS_DIR", &long)
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("coms-hermes-bridge: socket path is "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("more than the 107 a Unix socket allows"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1);
+    let entry = coms_bridge::wire::registry::Coms::new(&long).entry_path(PROJECT, "user-remote");
+    assert!(!entry.exists());
+}
