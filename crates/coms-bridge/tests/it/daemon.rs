@@ -490,7 +490,7 @@ async fn a_lower_case_msg_id_is_acked_then_refused_without_a_log_line() {
 #[tokio::test]
 async fn an_answer_while_hermes_send_runs_is_accepted_and_delivered_never_follows() {
     let sandbox = Sandbox::new();
-    let (_bridge, peer) = started(&sandbox, &[], &[("HERMES_FAKE_DELAY_MS", "700")]).await;
+    let (_bridge, peer) = started(&sandbox, &[], &[("HERMES_FAKE_DELAY_MS", "1500")]).await;
     peer.ask(&sandbox, "Quick?").await;
     let qid = sandbox.asked_qid().await;
     sandbox.write_answer(&qid, "1");
