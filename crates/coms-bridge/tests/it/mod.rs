@@ -1,0 +1,4 @@
+//! Integration test modules.
+
+mod daemon;
+mod support;
