@@ -11,7 +11,10 @@
 //!   through [`turn::TurnMachine::next_deadline`].
 //! * [`answers`]: how turn-machine answers become protocol replies.
 //! * [`media`]: the inbound-media rules (runtime-control.md §8: delivery
-//!   settings, classification, file names, text markers).
+//!   settings, classification, file names, text markers, the trusted
+//!   capture registry).
+//! * [`api`]: the domain-plugin API calls the daemon answers
+//!   (runtime-control.md §7).
 //! * [`hitl`]: the rules of Hermes' blocking clarify and exec-approval
 //!   calls as Canon runtime interactions (timeouts, choices, request shapes,
 //!   answer texts).
@@ -29,6 +32,7 @@
 //!   our crates (ARCHITECTURE.md).
 
 pub mod answers;
+pub mod api;
 pub mod connect;
 pub mod conversations;
 pub mod delivery;

@@ -277,6 +277,7 @@ fn a_message_behind_a_download_goes_out_after_it_in_order() {
         conversation_id: "c1".into(),
         job: job.job,
         message: Box::new(job.message.clone()),
+        materialized: None,
     });
     let texts: Vec<String> = released
         .iter()
