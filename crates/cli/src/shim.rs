@@ -20,7 +20,7 @@ pub(crate) const PLATFORM_NAME: &str = canon_host::protocol::PLATFORM;
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The package's modules, by file name in byte order (the order of [`shim_sha256`]).
-pub(crate) const PACKAGE: [(&str, &[u8]); 5] = [
+pub(crate) const PACKAGE: [(&str, &[u8]); 6] = [
     (
         "__init__.py",
         include_bytes!("../assets/hermes/plugin/canon-hermes/__init__.py"),
@@ -28,6 +28,10 @@ pub(crate) const PACKAGE: [(&str, &[u8]); 5] = [
     (
         "_adapter.py",
         include_bytes!("../assets/hermes/plugin/canon-hermes/_adapter.py"),
+    ),
+    (
+        "_api.py",
+        include_bytes!("../assets/hermes/plugin/canon-hermes/_api.py"),
     ),
     (
         "_busy.py",

@@ -13,6 +13,10 @@ pub const SESSION_CONTEXT_UNAVAILABLE: &str = "Hermes session context is unavail
 /// Not a Canon turn, or no conversation (runtime-control.md §7.2; exact).
 pub const NO_CANON_CONVERSATION: &str = "This operation requires an active Canon conversation";
 
+/// `current_canon_turn(require_human=True)` without a trusted user id
+/// (runtime-control.md §7.2; exact).
+pub const NO_TRUSTED_HUMAN: &str = "This operation requires a trusted triggering Canon human";
+
 /// A Canon turn without a message id (runtime-control.md §7.6; exact).
 pub const NO_MESSAGE_PROVENANCE: &str =
     "This operation requires a Canon turn with trusted message provenance";
