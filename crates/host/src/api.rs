@@ -38,8 +38,9 @@ pub fn canon_conversation(ctx: &TurnContext) -> Option<&str> {
     value(ctx.chat_id.as_deref())
 }
 
-/// The capture key of `current_canon_inbound_media()` (runtime-control.md
-/// §7.6): (conversation, message) of the trusted turn, or the exact error.
+/// The capture key of `current_canon_inbound_media()`
+/// (runtime-control.md §7.6): (conversation, message) of the trusted turn,
+/// or the exact error.
 pub fn inbound_media_key(ctx: &TurnContext) -> Result<(&str, &str), &'static str> {
     let conversation = canon_conversation(ctx).ok_or(NO_CANON_CONVERSATION)?;
     let message = value(ctx.message_id.as_deref()).ok_or(NO_MESSAGE_PROVENANCE)?;

@@ -714,7 +714,7 @@ impl Session {
     /// Registers a downloaded message's trusted captures under (its
     /// conversation, its message id) at `now_ms` and finishes the message
     /// with what the registration made available (runtime-control.md §8.4,
-    /// §8.5). A message without an id has no provenance to bind bytes to:
+    /// runtime-control.md §8.5). A message without an id has no provenance to bind bytes to:
     /// nothing is registered and its hidden media are withheld.
     fn captured(
         &mut self,

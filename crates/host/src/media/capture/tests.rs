@@ -1,5 +1,5 @@
 //! Tests of the capture batch and registry (runtime-control.md §8.3 step 7,
-//! §8.4): the real bounds on a few cases, and proptests that compare the
+//! runtime-control.md §8.4): the real bounds on a few cases, and proptests that compare the
 //! registry with a plain model of the specification under small bounds.
 
 use proptest::prelude::*;
