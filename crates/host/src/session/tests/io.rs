@@ -666,3 +666,63 @@ fn a_cancelled_turn_discards_its_captures_and_those_of_merged_messages() {
         [("c1".to_owned(), "m3".to_owned())]
     );
 }
+
+/// runtime-control.md §8.4, §8.5 (missing provenance): a downloaded message without a message
+/// id has nothing to bind its bytes to: nothing is registered and its hidden image is withheld.
+#[test]
+fn a_message_without_an_id_registers_nothing_and_withholds_its_hidden_media() {
+    use crate::inbound::Materialized;
+    use crate::media::capture::{CaptureBatch, CapturedMedia};
+    use crate::media::MediaCounts;
+    use std::sync::Arc;
+
+    let mut daemon = Daemon::connected();
+    daemon.session.media_scope = TrustedScope::Image;
+    let message = json!({"id": "m1", "senderId": "u1", "senderName": "Una", "senderType": "human",
+        "text": "", "attachments": [{"url": "https://files.test/a.png", "mimeType": "image/png"}]});
+    let payload = object(json!({"conversationId": "c1", "message": message,
+                                "conversation": {"id": "c1", "type": "direct"}}));
+    let event = EventKind::MessageCreated(Box::new(MessageCreated {
+        conversation_id: "c1".into(),
+        message: payload["message"].as_object().cloned().unwrap_or_default(),
+        payload,
+        reply_authority: None,
+    }));
+    let mut job = match daemon
+        .handle_effects(SessionInput::StreamEvent(event))
+        .as_slice()
+    {
+        [_, SessionEffect::Materialize(job)] => job.clone(),
+        other => panic!("a download: {other:?}"),
+    };
+    job.message.event.message_id = None;
+    let mut captures = CaptureBatch::default();
+    captures.offer(CapturedMedia {
+        index: 0,
+        mime_type: "image/png".into(),
+        file_name: "a.png".into(),
+        data: Arc::from(&b"\x89PNG"[..]),
+    });
+    let found = Materialized {
+        source: job.source.clone(),
+        intent: job.intent,
+        scope: job.scope,
+        listed: Vec::new(),
+        counts: MediaCounts {
+            hidden: 1,
+            unavailable: 0,
+        },
+        captures,
+    };
+    let released = daemon.handle_effects(SessionInput::MediaDone {
+        conversation_id: "c1".into(),
+        job: job.job,
+        message: Box::new(job.message.clone()),
+        materialized: Some(Box::new(found)),
+    });
+    assert_eq!(
+        frame_body(&released)["body"]["event"]["text"],
+        "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+    );
+    assert!(daemon.session.captures.is_empty());
+}
