@@ -1,37 +1,47 @@
 //! Inbound attachments on disk: each attachment downloaded through the
-//! guarded downloader, classified by `canon_host::media`, and written as a
-//! new private hand-off file under `CANON_HOME/tmp`; stale hand-off files
-//! are swept.
+//! guarded downloader, classified by `canon_host::media`, captured for
+//! trusted tools, and (unless hidden) written as a new private hand-off
+//! file under `CANON_HOME/tmp`; stale hand-off files are swept.
 
 use std::io::{self, Write as _};
 use std::path::Path;
 use std::time::SystemTime;
 
+use std::sync::Arc;
+
+use canon_host::media::capture::{CaptureBatch, CapturedMedia};
 use canon_host::media::{self, MediaCounts, TrustedScope};
-use canon_host::protocol::InboundMedia;
+use canon_host::protocol::{InboundMedia, InboundMediaFile};
 use canon_transport::media::{safe_url, MediaDownloader};
 use serde_json::Value;
 
 use crate::config::HANDOFF_MAX_AGE;
 use crate::env::random_u128;
 
-/// Downloads, classifies and hands off a message's attachments in array
-/// order (runtime-control.md §8.3): the listed media and the §8.5 counts.
-/// Nothing here fails the message: a failed attachment is skipped and
-/// counted unavailable when the scope says so.
+/// Downloads, classifies, captures and hands off a message's attachments
+/// in array order (runtime-control.md §8.3): the listed media, the
+/// runtime-control.md §8.5 counts and the trusted captures. Nothing here
+/// fails the message: a failed attachment is skipped and counted
+/// unavailable when the scope says so, and then a trusted batch is dropped
+/// whole (fail closed).
 pub(crate) async fn materialize(
     downloader: Option<&MediaDownloader>,
     dir: Option<&Path>,
     scope: TrustedScope,
     attachments: &[Value],
-) -> (Vec<InboundMedia>, MediaCounts) {
+) -> (Vec<InboundMedia>, MediaCounts, CaptureBatch) {
     // runtime-control.md §8.3: without a live Canon client nothing is downloaded.
     let Some(downloader) = downloader else {
         tracing::warn!("inbound attachments skipped: no media downloader");
-        return (Vec::new(), media::all_unavailable(scope, attachments));
+        return (
+            Vec::new(),
+            media::all_unavailable(scope, attachments),
+            CaptureBatch::default(),
+        );
     };
     let mut listed = Vec::new();
     let mut counts = MediaCounts::default();
+    let mut captures = CaptureBatch::default();
     for (index, attachment) in attachments.iter().enumerate() {
         let failed = |counts: &mut MediaCounts| {
             if media::requires_trusted_failure(scope, attachment) {
@@ -69,10 +79,20 @@ pub(crate) async fn materialize(
             downloaded.content_type.as_deref(),
             &downloaded.bytes,
         );
+        let bytes: Arc<[u8]> = Arc::from(&downloaded.bytes[..]);
+        // runtime-control.md §8.3 step 7: every attachment that arrived
+        // whole is captured, hidden or not (runtime-control.md Q11).
+        let capture = CapturedMedia {
+            index,
+            mime_type: classified.mime_type.clone(),
+            file_name: classified.file_name.clone(),
+            data: Arc::clone(&bytes),
+        };
         if classified.hidden {
             // Trusted-only: never written, never listed (runtime-control.md §8.3 step 4).
             tracing::debug!(index, ?scope, "inbound attachment hidden from the model");
             counts.hidden += 1;
+            captures.offer(capture);
             continue;
         }
         let Some(dir) = dir else {
@@ -85,16 +105,18 @@ pub(crate) async fn materialize(
         };
         let name = media::disk_file_name(&format!("{:032x}", random_u128()), &classified.file_name);
         let dir = dir.to_path_buf();
-        let bytes = downloaded.bytes;
         let written =
             tokio::task::spawn_blocking(move || write_handoff_file(&dir, &name, &bytes)).await;
         match written {
-            Ok(Ok(path)) => listed.push(InboundMedia {
-                path,
-                mime_type: classified.mime_type,
-                kind: classified.kind,
-                file_name: Some(classified.file_name),
-            }),
+            Ok(Ok(path)) => {
+                listed.push(InboundMedia {
+                    path,
+                    mime_type: classified.mime_type,
+                    kind: classified.kind,
+                    file_name: Some(classified.file_name),
+                });
+                captures.offer(capture);
+            }
             Ok(Err(error)) => {
                 tracing::warn!(index, %error, "writing an inbound attachment failed");
                 failed(&mut counts);
@@ -105,13 +127,51 @@ pub(crate) async fn materialize(
             }
         }
     }
-    (listed, counts)
+    // runtime-control.md §8.3, after the loop: an unavailable attachment
+    // in a trusted scope leaves no partial trusted set.
+    if scope != TrustedScope::None && counts.unavailable > 0 {
+        tracing::warn!(
+            unavailable = counts.unavailable,
+            "trusted inbound media withheld: the batch is incomplete"
+        );
+        captures.drop_all();
+    }
+    (listed, counts, captures)
 }
 
-/// Completes an `inbound.message` after materialization: the
-/// runtime-control.md §8.5 markers, the listed media, the `message_type`
-/// by media priority (canon-wire.md §7.3 step 4) and the
-/// runtime-control.md §8.6 demotion of `interleave`. Writes one hand-off
+/// Writes one captured batch of `message_id` as new hand-off files for an
+/// `api.inbound_media` answer (runtime-control.md §7.6, hermes-host.md Q8),
+/// in capture order. On the first failed write every file already written
+/// is removed again, so the shim never sees part of a batch.
+pub(crate) fn write_handoff_files(
+    dir: &Path,
+    message_id: &str,
+    media: &[CapturedMedia],
+) -> io::Result<Vec<InboundMediaFile>> {
+    let mut files = Vec::with_capacity(media.len());
+    for item in media {
+        let name = media::disk_file_name(&format!("{:032x}", random_u128()), &item.file_name);
+        match write_handoff_file(dir, &name, &item.data) {
+            Ok(path) => files.push(InboundMediaFile {
+                message_id: message_id.to_owned(),
+                attachment_index: item.index as u64,
+                mime_type: item.mime_type.clone(),
+                file_name: item.file_name.clone(),
+                path,
+                size_bytes: item.data.len() as u64,
+            }),
+            Err(error) => {
+                for file in &files {
+                    let _ = std::fs::remove_file(&file.path);
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// Writes one hand-off
 /// file (hermes-host.md Q8): the directory is created 0700 when missing,
 /// the file is new (`create_new`, never following or replacing anything)
 /// and 0600. Returns its path as a string; a partial file is removed.

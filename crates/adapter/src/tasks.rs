@@ -149,6 +149,7 @@ pub(crate) struct MediaDone {
     pub(crate) conversation_id: String,
     pub(crate) job: u64,
     pub(crate) message: Box<InboundMessage>,
+    pub(crate) materialized: Option<Box<canon_host::inbound::Materialized>>,
 }
 
 /// Aborts a task when dropped (the media work task, if its reporter is

@@ -24,7 +24,7 @@ pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub(crate) const PLATFORM_HINT: &str = "You are chatting via Canon. Canon conversations can be direct or group chats. Use concise conversational text; slash commands are preserved when users send them. Messages sent by Hermes are marked as turn-complete for Canon's UI. Before authoring a rich card, load the plugin skill canon-hermes:rich-cards with skill_view. With the canon_runtime_control tool you can show a card (send_card), ask the person you are talking with to answer a card or a question (request_card, request_input), or end a turn without posting anything (no_reply, for group chats where you have nothing to add).";
 
 /// The package's modules, by file name in byte order (the order of [`shim_sha256`]).
-pub(crate) const PACKAGE: [(&str, &[u8]); 6] = [
+pub(crate) const PACKAGE: [(&str, &[u8]); 7] = [
     (
         "__init__.py",
         include_bytes!("../assets/hermes/plugin/canon-hermes/__init__.py"),
@@ -32,6 +32,10 @@ pub(crate) const PACKAGE: [(&str, &[u8]); 6] = [
     (
         "_adapter.py",
         include_bytes!("../assets/hermes/plugin/canon-hermes/_adapter.py"),
+    ),
+    (
+        "_api.py",
+        include_bytes!("../assets/hermes/plugin/canon-hermes/_api.py"),
     ),
     (
         "_busy.py",

@@ -15,6 +15,7 @@ use canon_wire::secret::Opaque;
 use serde_json::{Map, Value};
 
 use crate::conversations::conversation_type_of;
+use crate::media::capture::CaptureBatch;
 use crate::media::{self, MediaCounts, TrustedScope};
 use crate::protocol::{
     EventSource, EventSummary, InboundEvent, InboundMedia, InboundMessage, InboundMetadata,
@@ -76,31 +77,45 @@ pub fn wake_message(event_ref: String, wake: WakeEvent) -> InboundMessage {
     }
 }
 
+/// What the download of a message's attachments found
+/// (runtime-control.md §8.3), for the session to register and finish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Materialized {
+    /// The Canon message object (the markers read it).
+    pub source: Value,
+    /// The delivery intent before any demotion.
+    pub intent: DeliveryIntent,
+    /// The trusted scope the attachments were classified under.
+    pub scope: TrustedScope,
+    /// The media handed to Hermes.
+    pub listed: Vec<InboundMedia>,
+    /// Hidden and unavailable attachments.
+    pub counts: MediaCounts,
+    /// The trusted captures (runtime-control.md §8.3 step 7).
+    pub captures: CaptureBatch,
+}
+
 /// Finishes a message whose attachments were materialized: the model-facing
-/// markers in its text, its Hermes message type, its media files, and the
-/// delivery intent demoted from `interleave` to `queue` when media were
-/// hidden (a steer injects text only, runtime-control.md §8.6).
-///
-/// There is no trusted capture registry yet, so nothing hidden is available
-/// to trusted tools and every hidden attachment is reported as withheld;
-/// the reference demotes only when hidden media were registered, so
-/// without a registry we demote whenever media were hidden, the
-/// conservative reading.
+/// markers in its text (with `available` hidden attachments readable by
+/// trusted tools, runtime-control.md §8.5), its Hermes message type, its
+/// media files, and the delivery intent demoted from `interleave` to
+/// `queue` when hidden media were registered (a steer injects text only
+/// and would strand the bytes outside that turn, runtime-control.md §8.6).
 pub fn finish_inbound(
     mut message: InboundMessage,
     source: &Value,
     scope: TrustedScope,
     listed: Vec<InboundMedia>,
     counts: MediaCounts,
+    available: usize,
     intent: DeliveryIntent,
 ) -> InboundMessage {
-    let available = media::available_count(counts.hidden, false, false);
     message.event.text = media::final_text(&message.event.text, source, scope, counts, available);
     if let Some(message_type) = media::message_type(listed.iter().map(|m| m.kind)) {
         message.event.message_type = message_type.to_owned();
     }
     message.event.media = listed;
-    let intent = demote_for_hidden_media(intent, counts.hidden > 0);
+    let intent = demote_for_hidden_media(intent, available.min(counts.hidden) > 0);
     message.event.metadata.delivery_intent = Some(intent.as_str().to_owned());
     message
 }
@@ -433,11 +448,12 @@ mod tests {
             TrustedScope::Image,
             vec![pdf.clone()],
             hidden,
+            1,
             DeliveryIntent::Interleave,
         );
         assert_eq!(
             done.event.text,
-            "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+            "[1 image attachment is available to trusted Canon tools and not sent to the model's general vision pipeline.]"
         );
         assert_eq!(done.event.message_type, "document");
         assert_eq!(done.event.media, vec![pdf]);
@@ -451,12 +467,33 @@ mod tests {
             TrustedScope::None,
             Vec::new(),
             MediaCounts::default(),
+            0,
             DeliveryIntent::Interleave,
         );
         assert_eq!(plain.event.text, "hi");
         assert_eq!(plain.event.message_type, "text");
         assert_eq!(
             plain.event.metadata.delivery_intent.as_deref(),
+            Some("interleave")
+        );
+        // Hidden but not registered: withheld, and nothing to strand, so
+        // the intent stays (runtime-control.md §8.6 demotes only for
+        // registered media).
+        let withheld = finish_inbound(
+            message(""),
+            &source,
+            TrustedScope::Image,
+            Vec::new(),
+            hidden,
+            0,
+            DeliveryIntent::Interleave,
+        );
+        assert_eq!(
+            withheld.event.text,
+            "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+        );
+        assert_eq!(
+            withheld.event.metadata.delivery_intent.as_deref(),
             Some("interleave")
         );
     }

@@ -11,7 +11,10 @@
 //!   through [`turn::TurnMachine::next_deadline`].
 //! * [`answers`]: how turn-machine answers become protocol replies.
 //! * [`media`]: the inbound-media rules (runtime-control.md §8: delivery
-//!   settings, classification, file names, text markers).
+//!   settings, classification, file names, text markers, the trusted
+//!   capture registry).
+//! * [`api`]: the domain-plugin API calls the daemon answers
+//!   (runtime-control.md §7).
 //! * [`credentials`]: what the session knows of the daemon's Canon
 //!   credentials, and when it has them resolved again with the platform
 //!   config of a connect or a probe (cli.md §5.1).
@@ -36,6 +39,7 @@
 //!   `canon-cards` among our crates (ARCHITECTURE.md).
 
 pub mod answers;
+pub mod api;
 pub mod connect;
 pub mod conversations;
 pub mod credentials;

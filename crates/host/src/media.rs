@@ -16,10 +16,8 @@
 //!   runtime-control.md §8.5) and the Hermes `message_type` of an event with
 //!   media ([`message_type`], hermes-host.md §8.5, canon-wire.md §7.3 step 4).
 //!
-//! The capture registry of runtime-control.md §8.4 is not built: nothing is
-//! ever registered, so the driver passes `registered = false` to
-//! [`available_count`], and every hidden attachment is reported to the model
-//! as withheld (see [`available_count`] for the reasoning).
+//! * [`capture`]: the trusted capture batch and registry of
+//!   runtime-control.md §8.4, which [`available_count`] reads the result of.
 //!
 //! Invariants: pure (no I/O, no clock, no randomness: the unique part of a
 //! disk name is a parameter); total over arbitrary JSON, bytes and names,
@@ -28,6 +26,8 @@
 use serde_json::Value;
 
 use crate::protocol::MediaKind;
+
+pub mod capture;
 
 /// Bytes of one downloaded attachment at most (canon-wire.md §7.2).
 pub const MAX_ATTACHMENT_BYTES: usize = 10 * 1024 * 1024;
@@ -586,16 +586,10 @@ pub struct MediaCounts {
 }
 
 /// runtime-control.md §8.5 `available`: `hidden`, unless the batch
-/// overflowed or registration returned false (then 0).
-///
-/// Decision: the runtime-control.md §8.4 capture registry is not built in
-/// this daemon, so nothing is ever registered and the driver always passes
-/// `registered = false`. With `available = 0` the formula gives `withheld =
-/// unavailable + hidden`: hidden attachments are reported to the model as
-/// *withheld* ("ask the user to resend"), never as "available to trusted
-/// Canon tools", because no trusted tool could read them. This is the honest
-/// reading of runtime-control.md §8.5; once a registry exists, passing its
-/// result here switches hidden media to the "available" marker.
+/// overflowed or registration returned false (then 0). With `available = 0`
+/// the formula gives `withheld = unavailable + hidden`: hidden attachments
+/// no trusted tool can read are reported to the model as withheld ("ask the
+/// user to resend"), never as available.
 pub fn available_count(hidden: usize, overflowed: bool, registered: bool) -> usize {
     if overflowed || !registered {
         0

@@ -25,6 +25,7 @@ use crate::conversations::{chat_from_session_key, conversation_type_of, Conversa
 use crate::credentials::{PlatformCredentials, ResolveCall};
 use crate::hitl::table::HitlTable;
 use crate::inbound::{self, EventTable, InboundLanes, PendingEvent};
+use crate::media::capture::{CaptureRegistry, CapturedMedia};
 use crate::media::{MediaSettings, TrustedScope};
 use crate::protocol::{
     self, AdapterSendMedia, ChatRef, ConnectResult, DaemonNotification, DaemonRequest, ErrorBody,
@@ -115,6 +116,20 @@ pub enum SessionEffect {
     RefetchSettled,
     /// Download a waking message's attachments.
     Materialize(Box<Materialize>),
+    /// Answer an `api.inbound_media` with these captured attachments of
+    /// `message_id`, each written as a new 0600 hand-off file first
+    /// (hermes-host.md Q8); a failed write answers an error and leaves no
+    /// file behind, so a partial batch is never exposed.
+    ServeInboundMedia {
+        /// The request's id.
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// The Canon message the batch belongs to.
+        message_id: String,
+        /// The batch, in capture order (never empty).
+        media: Vec<CapturedMedia>,
+    },
     /// Upload the file of an `adapter.send_media`; report
     /// [`SessionInput::Uploaded`].
     UploadMedia {
@@ -212,8 +227,9 @@ pub enum InboundStep {
     Nothing,
     /// Send this `inbound.message` now.
     Send(Box<InboundMessage>),
-    /// Download the message's attachments (job `job`), then finish it with
-    /// `inbound::finish_inbound` and report `media_done`.
+    /// Download the message's attachments (job `job`) and report what was
+    /// found as `MediaDone`; the session registers the captures and
+    /// finishes the message.
     Materialize {
         /// The lane job.
         job: u64,
@@ -257,6 +273,11 @@ pub struct Session {
     pub media_scope: TrustedScope,
     /// The turn verbosity the connected adapter was configured with (turns.md §6.1).
     pub verbosity: VerbosityConfig,
+    /// Trusted inbound-media captures (runtime-control.md §8.4).
+    pub captures: CaptureRegistry,
+    /// Session key → the conversation and messages of its open turn, whose
+    /// captures are discarded when the turn ends (runtime-control.md §8.4).
+    turn_media: HashMap<String, (String, Vec<String>)>,
     /// Shim requests waiting for the machine's answer: id and type.
     requests: HashMap<u64, (String, &'static str)>,
     next_request: u64,
@@ -304,6 +325,8 @@ impl Default for Session {
             host_approvals_timeout: None,
             media_scope: TrustedScope::default(),
             verbosity: VerbosityConfig::default(),
+            captures: CaptureRegistry::default(),
+            turn_media: HashMap::new(),
             requests: HashMap::new(),
             next_request: 0,
             sessions: HashMap::new(),
@@ -385,6 +408,9 @@ impl Session {
             }
             self.events.forget(absorbed);
         }
+        let mut message_ids = absorbed_message_ids.clone();
+        message_ids.extend(event.message_id.clone());
+        self.bind_turn_media(&session_key, &event.chat_id, message_ids);
         let pending = self.events.get(event_ref);
         ProcessingStart {
             request,
@@ -402,10 +428,76 @@ impl Session {
         }
     }
 
+    /// A turn of `session_key` starts for these messages of `conversation`:
+    /// the captures of the session's previous turn (a dequeued follow-up
+    /// ends it) are discarded, and these are discarded when this one ends
+    /// (runtime-control.md §8.4). Kept for at most [`MAX_SESSIONS`]
+    /// sessions; a capture not bound here still expires when idle.
+    fn bind_turn_media(&mut self, session_key: &str, conversation: &str, message_ids: Vec<String>) {
+        self.discard_turn_media(session_key);
+        if self.turn_media.len() < MAX_SESSIONS && !message_ids.is_empty() {
+            self.turn_media.insert(
+                session_key.to_owned(),
+                (conversation.to_owned(), message_ids),
+            );
+        }
+    }
+
+    /// The turn of `session_key` ended: its messages' captures go.
+    fn discard_turn_media(&mut self, session_key: &str) {
+        if let Some((conversation, message_ids)) = self.turn_media.remove(session_key) {
+            for message_id in message_ids {
+                if self.captures.discard(&conversation, &message_id) {
+                    tracing::debug!(
+                        conversation_id = conversation,
+                        "inbound media capture discarded"
+                    );
+                }
+            }
+        }
+    }
+
+    /// `api.inbound_media`: the captured batch of the context's trusted
+    /// turn (runtime-control.md §7.6), read at `now_ms` (which marks it most
+    /// recently used), or the exact error. An empty batch is answered here;
+    /// a non-empty one is written out by the shell first.
+    fn inbound_media(
+        &mut self,
+        id: String,
+        re: &'static str,
+        call: &protocol::ApiInboundMedia,
+        now_ms: u64,
+    ) -> SessionEffect {
+        let answer = |batch: protocol::InboundMediaBatch| {
+            let body = ShimResponse::ApiInboundMedia(batch).to_body();
+            SessionEffect::Frame(protocol::encode_response(&id, re, Ok(body)))
+        };
+        let (conversation, message) = match crate::api::inbound_media_key(&call.ctx) {
+            Ok(key) => key,
+            Err(error) => {
+                return answer(protocol::InboundMediaBatch {
+                    media: Vec::new(),
+                    error: Some(error.to_owned()),
+                })
+            }
+        };
+        let media = self.captures.read(conversation, message, now_ms);
+        if media.is_empty() {
+            return answer(protocol::InboundMediaBatch::default());
+        }
+        SessionEffect::ServeInboundMedia {
+            message_id: message.to_owned(),
+            id,
+            re,
+            media,
+        }
+    }
+
     /// The chat a `turn.complete` closes: the one its session was mapped
     /// to, else the chat id at the end of the session key. The event is
-    /// forgotten.
+    /// forgotten, and the turn's inbound-media captures are discarded.
     pub fn complete(&mut self, session_key: &str, event_ref: &str) -> String {
+        self.discard_turn_media(session_key);
         self.events.forget(event_ref);
         self.sessions
             .remove(session_key)
@@ -616,6 +708,7 @@ impl Session {
                     now_ms,
                 )
             }
+            ShimRequest::ApiInboundMedia(call) => vec![self.inbound_media(id, re, &call, now_ms)],
             other => return Handled::Shell(Box::new(other)),
         };
         Handled::Effects(effects)

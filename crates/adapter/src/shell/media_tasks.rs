@@ -4,9 +4,13 @@
 //! downloaded and what the result becomes.
 
 use super::*;
-use crate::inbound_media::materialize;
+use crate::inbound_media::{materialize, write_handoff_files};
 use crate::tasks::AbortOnDrop;
-use canon_host::protocol::AdapterSendMedia;
+use canon_host::inbound::Materialized;
+use canon_host::media::capture::CapturedMedia;
+use canon_host::protocol::{
+    self, AdapterSendMedia, ErrorBody, ErrorCode, InboundMediaBatch, ShimResponse,
+};
 use canon_host::session::Materialize;
 use canon_host::turn::{MediaPayload, RequestId};
 
@@ -95,8 +99,8 @@ impl Driver {
 
     /// Downloads a waking message's attachments on a task of its own
     /// (runtime-control.md §8.2–§8.3), at most [`MEDIA_CONCURRENCY`] at
-    /// once; the finished message (or the session's fallback, when the work
-    /// task dies) is reported as a [`MediaDone`].
+    /// once; the message with what was found (or the session's fallback,
+    /// when the work task dies) is reported as a [`MediaDone`].
     pub(super) fn spawn_media(&mut self, job: Materialize) {
         let Materialize {
             job,
@@ -117,16 +121,24 @@ impl Driver {
             let work = tokio::spawn(async move {
                 // A closed semaphore cannot happen (never closed); go on.
                 let _permit = permits.acquire_owned().await.ok();
-                let (listed, counts) =
+                let (listed, counts, captures) =
                     materialize(downloader.as_ref(), dir.as_deref(), scope, &attachments).await;
-                canon_host::inbound::finish_inbound(message, &source, scope, listed, counts, intent)
+                let found = Materialized {
+                    source,
+                    intent,
+                    scope,
+                    listed,
+                    counts,
+                    captures,
+                };
+                (message, found)
             });
             let _abort = AbortOnDrop(work.abort_handle());
-            let message = match work.await {
-                Ok(message) => message,
+            let (message, materialized) = match work.await {
+                Ok((message, found)) => (message, Some(Box::new(found))),
                 Err(error) => {
                     tracing::error!(%error, "inbound media task failed; sending without media");
-                    fallback
+                    (fallback, None)
                 }
             };
             let _ = done
@@ -134,8 +146,57 @@ impl Driver {
                     conversation_id,
                     job,
                     message: Box::new(message),
+                    materialized,
                 })
                 .await;
+        });
+    }
+
+    /// Answers an `api.inbound_media` with its batch written out as new
+    /// hand-off files (hermes-host.md Q8), on a task: the shim reads and
+    /// deletes each. Without a `CANON_HOME`, or when a write fails, the
+    /// request fails and no file is left (never a partial batch).
+    pub(super) fn serve_inbound_media(
+        &mut self,
+        id: String,
+        re: &'static str,
+        message_id: String,
+        media: Vec<CapturedMedia>,
+    ) {
+        let dir = self.media_dir.clone();
+        let out = self.out.clone();
+        self.spawn_background(async move {
+            let written = match dir {
+                Some(dir) => tokio::task::spawn_blocking(move || {
+                    write_handoff_files(&dir, &message_id, &media)
+                })
+                .await
+                .map_err(|error| error.to_string())
+                .and_then(|result| result.map_err(|error| error.to_string())),
+                None => Err("no CANON_HOME to hand the media over in".to_owned()),
+            };
+            let line = match written {
+                Ok(files) => {
+                    let body = ShimResponse::ApiInboundMedia(InboundMediaBatch {
+                        media: files,
+                        error: None,
+                    })
+                    .to_body();
+                    protocol::encode_response(&id, re, Ok(body))
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "trusted inbound media could not be handed over");
+                    let error = ErrorBody {
+                        code: ErrorCode::Internal,
+                        message: "trusted inbound media could not be handed over".to_owned(),
+                        retryable: true,
+                    };
+                    protocol::encode_response(&id, re, Err(&error))
+                }
+            };
+            if out.send(line).await.is_err() {
+                tracing::debug!("stdout writer is gone; frame dropped");
+            }
         });
     }
 }

@@ -160,6 +160,7 @@ where
                     conversation_id: done.conversation_id,
                     job: done.job,
                     message: done.message,
+                    materialized: done.materialized,
                 }
             }
             Some(event) = hitl_rx.recv() => match event {
@@ -419,6 +420,12 @@ impl Driver {
             SessionEffect::Refetch(generation) => self.refetch_conversations(generation),
             SessionEffect::RefetchSettled => self.refetch = None,
             SessionEffect::Materialize(job) => self.spawn_media(*job),
+            SessionEffect::ServeInboundMedia {
+                id,
+                re,
+                message_id,
+                media,
+            } => self.serve_inbound_media(id, re, message_id, media),
             SessionEffect::UploadMedia { request, media } => {
                 return self.upload_media(request, *media)
             }

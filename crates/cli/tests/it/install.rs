@@ -210,6 +210,7 @@ fn first_install_writes_the_shim_and_enables_canon() {
         [
             "__init__.py file 644",
             "_adapter.py file 644",
+            "_api.py file 644",
             "_busy.py file 644",
             "_constants.py file 644",
             "_daemon.py file 644",

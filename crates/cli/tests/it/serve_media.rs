@@ -3,6 +3,9 @@
 //! downloaded behind the SSRF guard, handed to the shim as 0600 files under
 //! `<CANON_HOME>/tmp/`, hidden under a trusted-only scope with the exact markers, skipped above
 //! 10 MiB, kept in order per conversation, and invalid delivery settings refuse the connect.
+//! Trusted captures (runtime-control.md §7.6, §8.4) are read back with `api.inbound_media` in
+//! the turn of their message, fail closed when a trusted batch is incomplete or too large, and
+//! are gone once the turn completes.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -13,14 +16,14 @@ use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
 use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
-use super::shim_support::{sim, Shim};
+use super::shim_support::{complete_turn, sim, start_turn, Shim, SESSION};
 
 const PNG: &[u8] =
     b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
 const PDF: &[u8] =
     b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog >>\nendobj\ntrailer\n<< /Root 1 0 R >>\n%%EOF\n";
 
-const IMAGE_WITHHELD: &str = "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]";
+const IMAGE_AVAILABLE: &str = "[1 image attachment is available to trusted Canon tools and not sent to the model's general vision pipeline.]";
 
 /// The fake shim with the daemon in its own `CANON_HOME`.
 impl Shim {
@@ -212,11 +215,199 @@ async fn trusted_only_images_are_hidden_and_the_pdf_is_listed() {
         PDF,
     );
     assert_eq!(event["message_type"], "document");
-    // No registry (runtime-control.md §8.4 is not built): the hidden image is reported as withheld,
-    // and the marker replaces the labels, so the image's name never reaches the model's text.
-    assert_eq!(event["text"], IMAGE_WITHHELD);
+    // The hidden image is captured for trusted tools, and the marker replaces the labels, so the
+    // image's name never reaches the model's text.
+    assert_eq!(event["text"], IMAGE_AVAILABLE);
     // The image was never written.
     assert_eq!(files_in(&dir).len(), 1);
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// `api.inbound_media` in the turn of `message_id`: the answer's body.
+async fn inbound_media(shim: &mut Shim, message_id: &str) -> Value {
+    let ctx = json!({"platform": "canon", "chat_id": DEFAULT_CONVERSATION,
+                     "session_key": SESSION, "message_id": message_id});
+    let answer = shim.request("api.inbound_media", json!({"ctx": ctx})).await;
+    assert_eq!(answer["ok"], true, "{answer}");
+    answer["body"].clone()
+}
+
+/// Reads (and deletes, as the shim does) the hand-off files of an `api.inbound_media` answer:
+/// (index, MIME, name, bytes).
+fn read_captures(body: &Value, dir: &Path) -> Vec<(u64, String, String, Vec<u8>)> {
+    let media = body["media"].as_array().expect("a media list");
+    media
+        .iter()
+        .map(|m| {
+            let path = PathBuf::from(m["path"].as_str().expect("a path"));
+            assert_eq!(path.parent(), Some(dir), "{m}");
+            let mode = std::fs::metadata(&path)
+                .expect("metadata")
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(mode, 0o600, "{m}");
+            let bytes = std::fs::read(&path).expect("the hand-off file");
+            std::fs::remove_file(&path).expect("deleted");
+            assert_eq!(m["size_bytes"], bytes.len(), "{m}");
+            (
+                m["attachment_index"].as_u64().expect("an index"),
+                m["mime_type"].as_str().unwrap_or_default().to_owned(),
+                m["file_name"].as_str().unwrap_or_default().to_owned(),
+                bytes,
+            )
+        })
+        .collect()
+}
+
+/// runtime-control.md §7.6, §8.3 step 7, §8.4: the hidden image of a trusted-only message is
+/// read back in its turn (as often as asked) from new 0600 files, the listed PDF too (capture
+/// happens in every mode); the context decides the batch; once the turn completes it is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_turn_of_a_message_reads_its_captured_attachments_until_it_completes() {
+    let sim = sim().await;
+    let mut shim = Shim::media(&sim, &[("CANON_INBOUND_IMAGE_DELIVERY", "trusted-only")]);
+    shim.connect_extra(&sim, json!({})).await;
+    inject_attachments(&sim, Some("look"), png_and_pdf());
+    let inbound = shim.accept_inbound().await;
+    let event = &inbound["body"]["event"];
+    assert_eq!(event["text"], format!("look\n\n{IMAGE_AVAILABLE}"));
+    let message_id = event["message_id"]
+        .as_str()
+        .expect("a message id")
+        .to_owned();
+    let event_ref = inbound["body"]["event_ref"]
+        .as_str()
+        .expect("a ref")
+        .to_owned();
+    let listed = listed_media(&inbound, 1)[0]["path"]
+        .as_str()
+        .expect("a path")
+        .to_owned();
+    std::fs::remove_file(listed).expect("the shim takes the listed file");
+    start_turn(&mut shim, &event_ref, message_id.as_str()).await;
+
+    let dir = shim.tmp();
+    let expected = vec![
+        (
+            0,
+            "image/png".to_owned(),
+            "photo.png".to_owned(),
+            PNG.to_vec(),
+        ),
+        (
+            1,
+            "application/pdf".to_owned(),
+            "report.pdf".to_owned(),
+            PDF.to_vec(),
+        ),
+    ];
+    for _ in 0..2 {
+        let body = inbound_media(&mut shim, &message_id).await;
+        assert!(body["media"]
+            .as_array()
+            .is_some_and(|m| m.iter().all(|m| m["message_id"] == message_id.as_str())));
+        assert_eq!(read_captures(&body, &dir), expected);
+    }
+    assert_eq!(files_in(&dir), Vec::<PathBuf>::new());
+
+    // Another message id, or a context that is no Canon turn, reads nothing of it.
+    assert_eq!(
+        inbound_media(&mut shim, "m-other").await,
+        json!({"media": []})
+    );
+    let answer = shim
+        .request("api.inbound_media", json!({"ctx": {"platform": "telegram", "chat_id": DEFAULT_CONVERSATION, "message_id": message_id}}))
+        .await;
+    assert_eq!(
+        answer["body"],
+        json!({"media": [], "error": "This operation requires an active Canon conversation"})
+    );
+    let answer = shim
+        .request(
+            "api.inbound_media",
+            json!({"ctx": {"platform": "canon", "chat_id": DEFAULT_CONVERSATION}}),
+        )
+        .await;
+    assert_eq!(
+        answer["body"]["error"],
+        "This operation requires a Canon turn with trusted message provenance"
+    );
+
+    complete_turn(&mut shim, &event_ref).await;
+    assert_eq!(
+        inbound_media(&mut shim, &message_id).await,
+        json!({"media": []})
+    );
+    assert_eq!(files_in(&dir), Vec::<PathBuf>::new());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// runtime-control.md §8.3 step 7, §8.4, §8.5: four 9 MiB images pass the 10 MiB download limit
+/// one by one but overflow the 32 MiB a message may capture: nothing is captured and every
+/// hidden image is reported withheld.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_above_32_mebibytes_captures_nothing() {
+    let sim = sim().await;
+    let mut shim = Shim::media(&sim, &[("CANON_INBOUND_IMAGE_DELIVERY", "trusted-only")]);
+    shim.connect_extra(&sim, json!({})).await;
+    let mut big = PNG.to_vec();
+    big.resize(9 * 1024 * 1024, 0);
+    let raws = (0..4)
+        .map(|i| raw(&big, "image/png", &format!("big-{i}.png")))
+        .collect();
+    inject_attachments(&sim, None, raws);
+    let inbound = shim.accept_inbound().await;
+    let event = &inbound["body"]["event"];
+    assert_eq!(
+        event["text"],
+        "[4 image attachments were withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+    );
+    assert_eq!(event["media"], json!([]));
+    let message_id = event["message_id"]
+        .as_str()
+        .expect("a message id")
+        .to_owned();
+    assert_eq!(
+        inbound_media(&mut shim, &message_id).await,
+        json!({"media": []})
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// runtime-control.md §8.3 (after the loop), §8.6: in a trusted scope, one failed download drops
+/// the whole trusted batch (the image that did arrive is withheld too), and with nothing
+/// registered an `interleave` message keeps its intent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_download_in_a_trusted_batch_drops_every_capture() {
+    let sim = sim().await;
+    let mut shim = Shim::media(&sim, &[("CANON_INBOUND_IMAGE_DELIVERY", "trusted-only")]);
+    shim.connect_extra(&sim, json!({})).await;
+    let good = sim.read_state(|s| s.origin.clone());
+    let missing = json!({"kind": "image", "url": format!("{good}/files/c-direct/nope/gone.png?token=x"),
+                         "mimeType": "image/png", "fileName": "gone.png"});
+    let mut injection = with_attachments(
+        Some("two pictures"),
+        vec![raw(PNG, "image/png", "photo.png")],
+    );
+    injection.attachments = vec![missing];
+    injection.metadata = Some(json!({"deliveryIntent": "interleave"}));
+    sim.inject_message(&injection).expect("inject");
+    let inbound = shim.accept_inbound().await;
+    let event = &inbound["body"]["event"];
+    assert_eq!(
+        event["text"],
+        "two pictures\n\n[2 image attachments were withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+    );
+    assert_eq!(event["metadata"]["deliveryIntent"], "interleave");
+    let message_id = event["message_id"]
+        .as_str()
+        .expect("a message id")
+        .to_owned();
+    assert_eq!(
+        inbound_media(&mut shim, &message_id).await,
+        json!({"media": []})
+    );
     assert_eq!(shim.close().await, Some(0));
 }
 
@@ -251,7 +442,7 @@ async fn platform_extra_scope_keeps_the_caption_and_demotes_interleave() {
     );
     assert_eq!(
         event["text"],
-        "what do you make of these?\n\n[1 visual attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+        "what do you make of these?\n\n[1 visual attachment is available to trusted Canon tools and not sent to Hermes' general vision/document pipeline.]"
     );
     assert_eq!(event["metadata"]["deliveryIntent"], "queue");
     assert_eq!(shim.close().await, Some(0));

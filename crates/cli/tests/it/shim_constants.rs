@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use canon_adapter::config;
 use canon_chunking::limits;
+use canon_host::api;
 use canon_host::protocol::{self, ErrorCode, HandshakePolicy, Hello, ShimRequest, TurnContext};
 use canon_host::turn;
 use serde_json::{json, Map, Value};
@@ -98,6 +99,13 @@ fn shim_constants_equal_the_rust_constants() {
             "STREAMING_OVERFLOW_LIMIT",
             json!(limits::STREAMED_ANSWER_MAX_BYTES),
         ),
+        (
+            "SESSION_CONTEXT_UNAVAILABLE",
+            json!(api::SESSION_CONTEXT_UNAVAILABLE),
+        ),
+        ("NO_CANON_CONVERSATION", json!(api::NO_CANON_CONVERSATION)),
+        ("NO_TRUSTED_HUMAN", json!(api::NO_TRUSTED_HUMAN)),
+        ("NO_MESSAGE_PROVENANCE", json!(api::NO_MESSAGE_PROVENANCE)),
     ];
     for (name, rust) in &plain {
         assert_eq!(get(name), rust, "{name}");

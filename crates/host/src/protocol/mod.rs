@@ -44,7 +44,16 @@
 //! `turn.start`, `turn.accepted` (30 s), `turn.complete` (600 s; the final
 //! publish happens inside it), `tool.call` (1,860 s for
 //! `canon_runtime_control`, else 120 s), `standalone.send` (120 s), `resync`
-//! (30 s), `shutdown` (5 s).
+//! (30 s), `shutdown` (5 s), `api.inbound_media` (30 s; additive).
+//!
+//! `api.inbound_media {ctx}` serves the domain-plugin call
+//! `current_canon_inbound_media()` (runtime-control.md §7.6): the answer is
+//! `{media: [{message_id, attachment_index, mime_type, file_name, path,
+//! size_bytes}]}`, the batch captured for the context's conversation and
+//! message, each attachment as a new 0600 file under `<CANON_HOME>/tmp/`
+//! that the shim reads and deletes, or `{error}` with the exact text of
+//! runtime-control.md §7.6 when the context is no Canon turn or has no
+//! message id.
 //!
 //! `turn.start` and `turn.accepted` both answer `{turn_id}`: the shim keeps
 //! each open turn, dequeued follow-ups included, until its `turn.complete` or
@@ -157,7 +166,7 @@ pub const MULTIPLEX_MESSAGE: &str = "Canon cannot start while Hermes gateway.mul
 /// (crates/cli/tests/it/shim_constants.rs). `tool.call` is left out: its
 /// timeout depends on the tool (1,860 s for `canon_runtime_control`, else
 /// 120 s).
-pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 16] = {
+pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 17] = {
     use std::time::Duration;
     [
         ("hello", Duration::from_secs(10)),
@@ -176,6 +185,7 @@ pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 16] = {
         ("standalone.send", Duration::from_secs(120)),
         ("resync", Duration::from_secs(30)),
         ("shutdown", Duration::from_secs(5)),
+        ("api.inbound_media", Duration::from_secs(30)),
     ]
 };
 

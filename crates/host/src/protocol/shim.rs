@@ -496,6 +496,46 @@ pub struct Shutdown {
     pub reason: String,
 }
 
+/// `api.inbound_media`: the domain-plugin call `current_canon_inbound_media()`
+/// (runtime-control.md §7.6). The batch is the one captured for the turn
+/// context's conversation and message, never one the caller names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiInboundMedia {
+    /// Turn context, read by the shim in the calling task.
+    #[serde(default)]
+    pub ctx: TurnContext,
+}
+
+/// One captured attachment of an `api.inbound_media` answer, handed over
+/// as a new 0600 file the shim reads and deletes (hermes-host.md Q8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboundMediaFile {
+    /// The Canon message id.
+    pub message_id: String,
+    /// Position in the message's `attachments` array.
+    pub attachment_index: u64,
+    /// Normalized MIME type.
+    pub mime_type: String,
+    /// Sanitized file name.
+    pub file_name: String,
+    /// Absolute path of the hand-off file.
+    pub path: String,
+    /// Its length in bytes.
+    pub size_bytes: u64,
+}
+
+/// `api.inbound_media` result: the captured batch (empty when nothing was
+/// captured or it was evicted), or the exact runtime-control.md §7.6 error.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct InboundMediaBatch {
+    /// The attachments, in capture order.
+    #[serde(default)]
+    pub media: Vec<InboundMediaFile>,
+    /// Why the call is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 messages! {
     /// A request from the shim.
     ShimRequest {
@@ -533,6 +573,8 @@ messages! {
         "resync" => Resync(Resync),
         /// Gateway stop.
         "shutdown" => Shutdown(Shutdown),
+        /// `current_canon_inbound_media()` (additive).
+        "api.inbound_media" => ApiInboundMedia(ApiInboundMedia),
     }
 }
 
@@ -575,6 +617,8 @@ messages! {
         "resync" => Resync(Empty),
         /// To `shutdown`.
         "shutdown" => Shutdown(Empty),
+        /// To `api.inbound_media`.
+        "api.inbound_media" => ApiInboundMedia(InboundMediaBatch),
     }
 }
 

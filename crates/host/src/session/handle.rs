@@ -23,7 +23,7 @@ use crate::connect::{self, ConnectFailure};
 use crate::credentials::{CredentialFacts, PlatformCredentials, ResolveCall, ResolvePurpose};
 use crate::hitl::table::HitlOutcome;
 use crate::hitl::{self};
-use crate::inbound::finish_inbound;
+use crate::inbound::{finish_inbound, Materialized};
 use crate::media::{self, TrustedScope};
 use crate::protocol::{
     self, AdapterSendMedia, AdapterStatus, DaemonNotification, DaemonRequest, Frame,
@@ -111,8 +111,12 @@ pub enum SessionInput {
         conversation_id: String,
         /// The lane job.
         job: u64,
-        /// The finished message.
+        /// The message as it was before its media, or, without
+        /// `materialized`, the finished fallback (the download task died).
         message: Box<InboundMessage>,
+        /// What the download found: registered as the message's trusted
+        /// capture, then applied to `message` (runtime-control.md §8.3–§8.6).
+        materialized: Option<Box<Materialized>>,
     },
     /// An upload ([`SessionEffect::UploadMedia`] or
     /// [`SessionEffect::UploadStandalone`]) finished.
@@ -264,8 +268,13 @@ impl Session {
                 conversation_id,
                 job,
                 message,
+                materialized,
             } => {
-                let Some(ready) = self.lanes.finished(&conversation_id, job, *message) else {
+                let message = match materialized {
+                    Some(materialized) => self.captured(*message, *materialized, now_ms),
+                    None => *message,
+                };
+                let Some(ready) = self.lanes.finished(&conversation_id, job, message) else {
                     tracing::error!(conversation_id, job, "media result for no pending message");
                     debug_assert!(false, "media result for no pending message");
                     return Vec::new();
@@ -738,6 +747,7 @@ impl Session {
                     scope,
                     Vec::new(),
                     media::all_unavailable(scope, &attachments),
+                    0,
                     intent,
                 );
                 vec![SessionEffect::Materialize(Box::new(Materialize {
@@ -754,6 +764,46 @@ impl Session {
         }
     }
 
+    /// Registers a downloaded message's trusted captures under (its
+    /// conversation, its message id) at `now_ms` and finishes the message
+    /// with what the registration made available (runtime-control.md §8.4,
+    /// runtime-control.md §8.5). A message without an id has no provenance to bind bytes to:
+    /// nothing is registered and its hidden media are withheld.
+    fn captured(
+        &mut self,
+        message: InboundMessage,
+        materialized: Materialized,
+        now_ms: u64,
+    ) -> InboundMessage {
+        let Materialized {
+            source,
+            intent,
+            scope,
+            listed,
+            counts,
+            captures,
+        } = materialized;
+        let overflowed = captures.overflowed();
+        let registered = match message.event.message_id.as_deref() {
+            Some(message_id) => self.captures.register(
+                &message.event.source.chat_id,
+                message_id,
+                captures.into_items(),
+                now_ms,
+            ),
+            None => false,
+        };
+        let available = media::available_count(counts.hidden, overflowed, registered);
+        tracing::debug!(
+            hidden = counts.hidden,
+            unavailable = counts.unavailable,
+            overflowed,
+            registered,
+            "inbound media captured"
+        );
+        finish_inbound(message, &source, scope, listed, counts, available, intent)
+    }
+
     /// The set of conversations the signal pass visits: the cache's keys.
     fn publish_conversations(&self) -> SessionEffect {
         SessionEffect::PublishConversations(self.conversations.ids())
@@ -761,8 +811,9 @@ impl Session {
 }
 
 /// A download of a waking message's attachments, holding its place in its
-/// conversation's lane; report [`SessionInput::MediaDone`] with the
-/// finished message (`fallback` when the download task died).
+/// conversation's lane; report [`SessionInput::MediaDone`] with the message
+/// and what the download found (`fallback` alone when the download task
+/// died).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Materialize {
     /// The lane job.

@@ -338,6 +338,15 @@ fn describe(effect: &SessionEffect) -> String {
         SessionEffect::UploadMedia { request, media } => {
             format!("upload media r{} {}", request.0, media.chat_id)
         }
+        SessionEffect::ServeInboundMedia {
+            id,
+            message_id,
+            media,
+            ..
+        } => format!(
+            "serve inbound media {id} {message_id} {} attachment(s)",
+            media.len()
+        ),
         SessionEffect::UploadStandalone {
             request,
             target,

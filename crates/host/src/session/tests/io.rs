@@ -295,6 +295,7 @@ fn a_message_behind_a_download_goes_out_after_it_in_order() {
         conversation_id: "c1".into(),
         job: job.job,
         message: Box::new(job.message.clone()),
+        materialized: None,
     });
     let texts: Vec<String> = released
         .iter()
@@ -748,4 +749,199 @@ fn a_probe_with_a_config_is_answered_from_its_resolution_without_adopting_it() {
         facts: before.clone(),
     });
     assert_eq!(verify, ["verify probe s:p with its config"]);
+}
+
+/// The pure twin of `the_turn_of_a_message_reads_its_captured_attachments_until_it_completes`
+/// (serve_media.rs; runtime-control.md §7.6, §8.4, §8.5, §8.6): a download's captures are
+/// registered when it reports, the marker says they are available and `interleave` is demoted;
+/// `api.inbound_media` in the message's turn asks the shell to hand them over; a dequeued
+/// follow-up ends the turn and discards them.
+#[test]
+fn captured_media_is_registered_served_in_its_turn_and_discarded_after_it() {
+    use crate::inbound::Materialized;
+    use crate::media::capture::{CaptureBatch, CapturedMedia};
+    use crate::media::MediaCounts;
+    use std::sync::Arc;
+
+    let mut daemon = Daemon::connected();
+    daemon.session.media_scope = TrustedScope::Image;
+    let payload = |id: &str| {
+        let message = json!({"id": id, "senderId": "u1", "senderName": "Una", "senderType": "human",
+            "text": "", "metadata": {"deliveryIntent": "interleave"},
+            "attachments": [{"url": "https://files.test/a.png", "mimeType": "image/png"}]});
+        let payload = object(json!({"conversationId": "c1", "message": message,
+                                    "conversation": {"id": "c1", "type": "direct"}}));
+        EventKind::MessageCreated(Box::new(MessageCreated {
+            conversation_id: "c1".into(),
+            message: payload["message"].as_object().cloned().unwrap_or_default(),
+            payload,
+            reply_authority: None,
+        }))
+    };
+    let download = |effects: Vec<SessionEffect>| match effects.as_slice() {
+        [SessionEffect::PublishConversations(_), SessionEffect::Materialize(job)] => job.clone(),
+        other => panic!("a download: {other:?}"),
+    };
+    let job = download(daemon.handle_effects(SessionInput::StreamEvent(payload("m1"))));
+    let mut captures = CaptureBatch::default();
+    captures.offer(CapturedMedia {
+        index: 0,
+        mime_type: "image/png".into(),
+        file_name: "a.png".into(),
+        data: Arc::from(&b"\x89PNG"[..]),
+    });
+    let found = Materialized {
+        source: job.source.clone(),
+        intent: job.intent,
+        scope: job.scope,
+        listed: Vec::new(),
+        counts: MediaCounts {
+            hidden: 1,
+            unavailable: 0,
+        },
+        captures,
+    };
+    let released = daemon.handle_effects(SessionInput::MediaDone {
+        conversation_id: "c1".into(),
+        job: job.job,
+        message: Box::new(job.message.clone()),
+        materialized: Some(Box::new(found)),
+    });
+    let inbound = frame_body(&released);
+    assert_eq!(
+        inbound["body"]["event"]["text"],
+        "[1 image attachment is available to trusted Canon tools and not sent to the model's general vision pipeline.]"
+    );
+    assert_eq!(
+        inbound["body"]["event"]["metadata"]["deliveryIntent"],
+        "queue"
+    );
+    assert_eq!(daemon.session.captures.len(), 1);
+
+    let ask = |daemon: &mut Daemon, id: &str, message: &str| {
+        let ctx = json!({"platform": "canon", "chat_id": "c1", "message_id": message});
+        let line = protocol::encode_request(id, "api.inbound_media", json!({"ctx": ctx}));
+        daemon.handle_effects(SessionInput::Line(line.into_bytes()))
+    };
+    daemon.turn_start("s:1", "e:1", "c1", "m1");
+    match ask(&mut daemon, "s:2", "m1").as_slice() {
+        [SessionEffect::ServeInboundMedia {
+            id,
+            message_id,
+            media,
+            ..
+        }] => {
+            assert_eq!((id.as_str(), message_id.as_str()), ("s:2", "m1"));
+            assert_eq!(media.len(), 1);
+            assert_eq!(&*media[0].data, b"\x89PNG");
+        }
+        other => panic!("a hand-over: {other:?}"),
+    }
+    assert_eq!(
+        frame_body(&ask(&mut daemon, "s:3", "m9"))["body"],
+        json!({"media": []})
+    );
+
+    // A follow-up dequeued in the same session ends the turn of m1.
+    let accepted = json!({"event_ref": "e:2", "session_key": session_key("c1"), "phase": "queue_dequeue",
+        "event": {"chat_id": "c1", "chat_type": "dm", "user_id": "u1", "message_id": "m2"}});
+    daemon.request("s:4", "turn.accepted", accepted);
+    assert!(daemon.session.captures.is_empty());
+    assert_eq!(
+        frame_body(&ask(&mut daemon, "s:5", "m1"))["body"],
+        json!({"media": []})
+    );
+}
+
+/// runtime-control.md §8.4 "Discard": a turn that ends cancelled discards its message's capture
+/// as a completed one does, and the captures of messages Hermes merged into the turn go too.
+#[test]
+fn a_cancelled_turn_discards_its_captures_and_those_of_merged_messages() {
+    use crate::media::capture::CapturedMedia;
+    use std::sync::Arc;
+
+    let mut daemon = Daemon::connected();
+    let png = |index| CapturedMedia {
+        index,
+        mime_type: "image/png".into(),
+        file_name: "a.png".into(),
+        data: Arc::from(&b"\x89PNG"[..]),
+    };
+    for message in ["m1", "m2", "m3"] {
+        assert!(daemon
+            .session
+            .captures
+            .register("c1", message, vec![png(0)], 0));
+    }
+    let m2 = daemon.message("c1", "m2", "merged").expect("wakes");
+    let start = json!({"event_ref": "e:9", "session_key": session_key("c1"), "absorbed_refs": [m2],
+        "event": {"chat_id": "c1", "chat_type": "dm", "user_id": "u1", "message_id": "m1"}});
+    daemon.request("s:1", "turn.start", start);
+    let complete =
+        json!({"event_ref": "e:9", "session_key": session_key("c1"), "outcome": "cancelled"});
+    daemon.request("s:2", "turn.complete", complete);
+    assert_eq!(
+        daemon.session.captures.keys(),
+        [("c1".to_owned(), "m3".to_owned())]
+    );
+}
+
+/// runtime-control.md §8.4, §8.5 (missing provenance): a downloaded message without a message
+/// id has nothing to bind its bytes to: nothing is registered and its hidden image is withheld.
+#[test]
+fn a_message_without_an_id_registers_nothing_and_withholds_its_hidden_media() {
+    use crate::inbound::Materialized;
+    use crate::media::capture::{CaptureBatch, CapturedMedia};
+    use crate::media::MediaCounts;
+    use std::sync::Arc;
+
+    let mut daemon = Daemon::connected();
+    daemon.session.media_scope = TrustedScope::Image;
+    let message = json!({"id": "m1", "senderId": "u1", "senderName": "Una", "senderType": "human",
+        "text": "", "attachments": [{"url": "https://files.test/a.png", "mimeType": "image/png"}]});
+    let payload = object(json!({"conversationId": "c1", "message": message,
+                                "conversation": {"id": "c1", "type": "direct"}}));
+    let event = EventKind::MessageCreated(Box::new(MessageCreated {
+        conversation_id: "c1".into(),
+        message: payload["message"].as_object().cloned().unwrap_or_default(),
+        payload,
+        reply_authority: None,
+    }));
+    let mut job = match daemon
+        .handle_effects(SessionInput::StreamEvent(event))
+        .as_slice()
+    {
+        [_, SessionEffect::Materialize(job)] => job.clone(),
+        other => panic!("a download: {other:?}"),
+    };
+    job.message.event.message_id = None;
+    let mut captures = CaptureBatch::default();
+    captures.offer(CapturedMedia {
+        index: 0,
+        mime_type: "image/png".into(),
+        file_name: "a.png".into(),
+        data: Arc::from(&b"\x89PNG"[..]),
+    });
+    let found = Materialized {
+        source: job.source.clone(),
+        intent: job.intent,
+        scope: job.scope,
+        listed: Vec::new(),
+        counts: MediaCounts {
+            hidden: 1,
+            unavailable: 0,
+        },
+        captures,
+    };
+    let released = daemon.handle_effects(SessionInput::MediaDone {
+        conversation_id: "c1".into(),
+        job: job.job,
+        message: Box::new(job.message.clone()),
+        materialized: Some(Box::new(found)),
+    });
+    assert_eq!(
+        frame_body(&released)["body"]["event"]["text"],
+        "[1 image attachment was withheld because trusted delivery failed or exceeded its bounds; ask the user to resend the message.]"
+    );
+    assert!(daemon.session.captures.is_empty());
 }

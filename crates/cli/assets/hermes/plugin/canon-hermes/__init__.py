@@ -7,7 +7,9 @@ host-version gate, the hooks, the skill, the platform entry), the tool hooks, th
 check and the home-channel seed (both the daemon's probe) and the out-of-process
 `standalone_send`. The rest is in `_daemon.py` (the child process and its supervision),
 `_adapter.py` (the adapter class, imported only inside Hermes), `_busy.py` (the busy-input seam),
-`_tools.py` (the model-facing Canon tools) and `_constants.py` (what the shim shares with the Rust side). Standard library only.
+`_tools.py` (the model-facing Canon tools), `_api.py` (the domain-plugin API, importable as
+`canon_hermes_plugin`) and `_constants.py` (what the shim shares with the Rust side). Standard
+library only.
 """
 
 import logging
@@ -109,6 +111,12 @@ async def standalone_send(pconfig, chat_id, message, *, thread_id=None, media_fi
     return {"error": body.get("error") or STANDALONE_FAILED}
 
 
+def _install_api():
+    """The domain-plugin API as module `canon_hermes_plugin` (`_api.py`, runtime-control.md §7)."""
+    from ._api import install_module
+    install_module()
+
+
 def _refused_factory(refusal):
     def factory(_cfg):
         raise RuntimeError(refusal)
@@ -138,6 +146,7 @@ def register(ctx):
                               **dict(entry, install_hint=refusal))
         return
     adapter_class = _make_adapter_class()
+    _install_api()
     for kind in ("pre_tool_call", "post_tool_call", "subagent_stop"):
         ctx.register_hook(kind, _hook(kind))
     _register_skills(ctx)

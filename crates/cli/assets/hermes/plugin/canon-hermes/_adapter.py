@@ -406,9 +406,12 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     def _event(self, ev, ref, media_urls=(), media_types=()):
         src = ev.get("source") or {}
+        # The source's message id becomes the turn's HERMES_SESSION_MESSAGE_ID (hermes-host.md §17),
+        # the trusted message provenance of current_canon_inbound_media() (runtime-control.md §7.6).
         source = self.build_source(chat_id=src.get("chat_id"), chat_name=src.get("chat_name"),
                                    chat_type=src.get("chat_type") or "dm", user_id=src.get("user_id"),
-                                   user_name=src.get("user_name"), thread_id=src.get("thread_id"))
+                                   user_name=src.get("user_name"), thread_id=src.get("thread_id"),
+                                   message_id=src.get("message_id"))
         try:
             mtype = MessageType(ev.get("message_type") or "text")
         except ValueError:

@@ -38,9 +38,16 @@ TIMEOUTS = {
     "adapter.send": 120, "adapter.edit": 120, "adapter.send_media": 300,
     "adapter.send_clarify": 14, "adapter.send_exec_approval": 14, "adapter.chat_info": 10,
     "turn.start": 30, "turn.complete": 600, "standalone.send": 120, "resync": 30, "shutdown": 5,
+    "api.inbound_media": 30,
 }
 EXIT_WAIT = 5  # seconds from stdin EOF to SIGTERM; at least canon_adapter::config::EXIT_GRACE
 
 # Error codes the shim sets itself: values of canon_host::protocol::ErrorCode.
 BACKPRESSURE, TIMEOUT, DAEMON_EXITED = "backpressure", "timeout", "daemon_exited"
 NOT_CONNECTED, UNKNOWN_TYPE, INTERNAL = "not_connected", "unknown_type", "internal"
+
+# The domain-plugin API's errors (runtime-control.md §7.2, §7.6), exact: canon_host::api.
+SESSION_CONTEXT_UNAVAILABLE = "Hermes session context is unavailable"  # api::SESSION_CONTEXT_UNAVAILABLE
+NO_CANON_CONVERSATION = "This operation requires an active Canon conversation"  # api::NO_CANON_CONVERSATION
+NO_TRUSTED_HUMAN = "This operation requires a trusted triggering Canon human"  # api::NO_TRUSTED_HUMAN
+NO_MESSAGE_PROVENANCE = "This operation requires a Canon turn with trusted message provenance"  # api::NO_MESSAGE_PROVENANCE

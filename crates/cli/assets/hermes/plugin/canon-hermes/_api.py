@@ -1,0 +1,161 @@
+"""The public domain-plugin API (runtime-control.md §7), importable inside the gateway as
+`canon_hermes_plugin`, the seed's module name, so a domain plugin written for the Python plugin
+runs unchanged: `from canon_hermes_plugin import current_canon_inbound_media, CanonInboundMedia`.
+
+`register()` puts a module of that name into `sys.modules` (`install_module`) holding the names of
+`__all__`, unless a real package of that name is importable (`doctor` flags that collision). Every
+function is bound to the current turn: it reads the trusted turn context in the calling task
+(runtime-control.md §1; never arguments) and asks the daemon. Today: `current_canon_turn` and
+`current_canon_inbound_media`; the other helpers of runtime-control.md §7 join `__all__` here.
+Standard library only; Hermes is read only through `turn_ctx`.
+"""
+
+import contextlib
+import dataclasses
+import importlib.util
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Optional
+
+from ._constants import (NO_CANON_CONVERSATION, NO_MESSAGE_PROVENANCE, NO_TRUSTED_HUMAN, PLATFORM,
+                         SESSION_CONTEXT_UNAVAILABLE, TIMEOUTS)
+from ._daemon import SUPERVISOR, DaemonError, turn_ctx
+
+MODULE_NAME = "canon_hermes_plugin"
+HANDOFF_PREFIX = "canon-inbound-"  # canon_host::media::DISK_NAME_PREFIX: the daemon's hand-off files
+MEDIA_UNREADABLE = "Canon inbound media could not be read"
+
+log = logging.getLogger("canon_hermes")
+
+__all__ = ["CanonTurnContext", "CanonInboundMedia", "current_canon_turn", "current_canon_inbound_media"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CanonTurnContext:
+    """The trusted turn a call runs in (runtime-control.md §7.1)."""
+    conversation_id: str
+    user_id: Optional[str] = None
+    user_name: Optional[str] = None
+    session_id: Optional[str] = None
+    message_id: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CanonInboundMedia:
+    """One captured attachment of the turn's Canon message (runtime-control.md §7.1). The bytes
+    have trusted Canon-message provenance; `mime_type` and `file_name` are the uploader's
+    description, so validate the content before trusting its format."""
+    message_id: str
+    attachment_index: int
+    mime_type: str
+    file_name: str
+    data: bytes = dataclasses.field(repr=False)
+
+    @property
+    def size_bytes(self):
+        return len(self.data)
+
+
+def _context():
+    """The turn context of the calling task (hermes-host.md §17), or the exact error."""
+    try:
+        return turn_ctx()
+    except Exception as exc:
+        raise RuntimeError(SESSION_CONTEXT_UNAVAILABLE) from exc
+
+
+def _value(ctx, name):
+    value = ctx.get(name)
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _turn(ctx, require_human=False):
+    """runtime-control.md §7.2 on a context already read."""
+    conversation = _value(ctx, "chat_id")
+    if (_value(ctx, "platform") or "").lower() != PLATFORM or not conversation:
+        raise RuntimeError(NO_CANON_CONVERSATION)
+    turn = CanonTurnContext(conversation, _value(ctx, "user_id"), _value(ctx, "user_name"),
+                            _value(ctx, "session_id"), _value(ctx, "message_id"))
+    if require_human and not turn.user_id:
+        raise RuntimeError(NO_TRUSTED_HUMAN)
+    return turn
+
+
+def current_canon_turn(require_human=False):
+    """The current trusted Canon turn (runtime-control.md §7.2). The backend stays authoritative
+    on whether its user id is a reachable human responder."""
+    return _turn(_context(), require_human)
+
+
+def _read_handoff(item):
+    """The bytes of one hand-off file, which is deleted either way."""
+    path = Path(item.get("path") or "")
+    if not path.is_absolute() or not path.name.startswith(HANDOFF_PREFIX):
+        raise RuntimeError(MEDIA_UNREADABLE)
+    try:
+        data = path.read_bytes()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    if len(data) != item.get("size_bytes"):
+        raise RuntimeError(MEDIA_UNREADABLE)
+    return CanonInboundMedia(str(item.get("message_id") or ""), int(item.get("attachment_index") or 0),
+                             str(item.get("mime_type") or ""), str(item.get("file_name") or ""), data)
+
+
+def current_canon_inbound_media():
+    """The attachments captured from the message that triggered the current turn
+    (runtime-control.md §7.6), as a tuple of `CanonInboundMedia`: empty when it had none that
+    arrived whole, or when the capture was evicted. Never a partial batch: the bytes come as
+    the daemon's private hand-off files, read and deleted here, and if one cannot be read none
+    is returned."""
+    ctx = _context()
+    turn = _turn(ctx)
+    if not turn.message_id:
+        raise RuntimeError(NO_MESSAGE_PROVENANCE)
+    try:
+        body = SUPERVISOR.get().call("api.inbound_media", {"ctx": ctx}, TIMEOUTS["api.inbound_media"])
+    except DaemonError as exc:
+        raise RuntimeError(str(exc) or MEDIA_UNREADABLE) from exc
+    if body.get("error"):
+        raise RuntimeError(body["error"])
+    items = [i for i in body.get("media") or [] if isinstance(i, dict)]
+    media = []
+    try:
+        for n, item in enumerate(items):
+            media.append(_read_handoff(item))
+    except Exception as exc:
+        for rest in items[n + 1:]:
+            with contextlib.suppress(OSError, TypeError):
+                os.unlink(rest.get("path") or "")
+        log.warning("canon-hermes: trusted inbound media dropped (%s)", type(exc).__name__)
+        raise RuntimeError(MEDIA_UNREADABLE) from None
+    return tuple(media)
+
+
+def install_module():
+    """Makes the API importable as `canon_hermes_plugin` (runtime-control.md Q2): a fresh module of
+    `__all__` in `sys.modules`, replacing only one this shim put there (re-registration). A real
+    package of that name wins and is left alone. True when the module is ours."""
+    current = sys.modules.get(MODULE_NAME)
+    if current is not None and not getattr(current, "__canon_hermes_shim__", False):
+        return False
+    if current is None:
+        try:
+            real = importlib.util.find_spec(MODULE_NAME)
+        except (ImportError, ValueError):
+            real = None
+        if real is not None:
+            log.warning("canon-hermes: a %s package is installed; its API is used, not this shim's",
+                        MODULE_NAME)
+            return False
+    module = types.ModuleType(MODULE_NAME, __doc__)
+    module.__canon_hermes_shim__ = True
+    module.__all__ = list(__all__)
+    for name in __all__:
+        setattr(module, name, globals()[name])
+    sys.modules[MODULE_NAME] = module
+    return True
