@@ -228,6 +228,15 @@ pub(crate) fn plugin_yaml() -> String {
     out
 }
 
+/// `RUNTIME_CARD_LIMITS` (cards.md §10.1) in export order, for the shim's export of that name.
+fn card_limits() -> Value {
+    let mut limits = serde_json::Map::new();
+    for (name, value) in canon_cards::vocab::RUNTIME_CARD_LIMITS_IN_ORDER {
+        limits.insert(name.to_owned(), Value::from(value));
+    }
+    Value::Object(limits)
+}
+
 /// The skill's `description` from its front matter.
 fn skill_description() -> String {
     let text = String::from_utf8_lossy(SKILL.1);
@@ -287,6 +296,7 @@ pub(crate) fn manifest(binary: &Path) -> String {
             "authorization_is_upstream": true,
         },
         "tools": canon_host::tools::manifest_tools(),
+        "card_limits": card_limits(),
         "toolset_aliases": {canon_host::tools::TOOLSET_ALIAS: canon_host::tools::TOOLSET},
         "hooks": HOOKS,
         "skills": [{

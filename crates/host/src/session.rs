@@ -709,6 +709,7 @@ impl Session {
                 )
             }
             ShimRequest::ApiInboundMedia(call) => vec![self.inbound_media(id, re, &call, now_ms)],
+            ShimRequest::ApiCall(call) => self.api_call(id, re, call, now_ms),
             other => return Handled::Shell(Box::new(other)),
         };
         Handled::Effects(effects)

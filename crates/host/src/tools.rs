@@ -64,6 +64,15 @@ pub const DIFFERENT_HUMAN: &str = "Canon card was answered by a different human"
 /// runtime-control.md §4.6 step 11 and §7.3, exact.
 pub const NO_RESPONDER_IDENTITY: &str =
     "Canon submitted a card response without authenticated responder identity";
+/// runtime-control.md §7.3 step 5, exact.
+pub const OTHER_RESPONDER: &str =
+    "Canon returned a responder different from the trusted turn human";
+/// runtime-control.md §7.3 step 2, exact.
+pub const HELPER_NEEDS_ACTIONS: &str =
+    "request_card_for_current_human requires at least one action";
+/// runtime-control.md §7.4, exact.
+pub const HELPER_NEEDS_ACTIONLESS: &str = "send_card_to_current_conversation only accepts actionless cards; use request_card_for_current_human for interactive cards";
+
 /// The answer to `request_approval` and `check_approval` while the durable detached-approval
 /// registry (approvals.md §9–§16) is not wired into the daemon.
 pub const DETACHED_UNAVAILABLE: &str = "Detached approvals are not available in this canon-hermes build yet; ask with request_card or request_input instead.";
@@ -320,6 +329,9 @@ pub struct ToolInteraction {
     pub has_actions: bool,
     /// The card id known before the create call (the argument, else the card's own).
     pub card_id: Option<String>,
+    /// Canon must name the responder sent as the card's responder (the domain-plugin helper
+    /// `request_card_for_current_human`, runtime-control.md §7.3 step 5).
+    pub strict_responder: bool,
 }
 
 /// Plans one `canon_runtime_control` call (runtime-control.md §4.3–§4.7). `now_ms` fixes
@@ -433,6 +445,7 @@ fn plan_card(
         responder,
         has_actions,
         card_id,
+        strict_responder: false,
     })
 }
 
@@ -526,6 +539,7 @@ fn plan_input(
         responder,
         has_actions: false,
         card_id: None,
+        strict_responder: false,
     })
 }
 
@@ -568,6 +582,12 @@ impl ToolInteraction {
         match self.action {
             InteractionAction::RequestInput => AfterCreate::Wait(self.consume.clone()),
             InteractionAction::SendCard | InteractionAction::RequestCard => {
+                if self.strict_responder {
+                    let named = trimmed(created.response_user_id.as_deref());
+                    if named.is_some() && named != self.responder {
+                        return AfterCreate::Answer(failure(OTHER_RESPONDER));
+                    }
+                }
                 let card_id = self.effective_card_id(created);
                 let interactive = created.interactive.unwrap_or(self.has_actions);
                 if self.action == InteractionAction::SendCard || !interactive {
@@ -639,6 +659,117 @@ impl ToolInteraction {
             }
         }
     }
+}
+
+/// Whether a card has an actions block at all (runtime-control.md §7.4: an actionless card
+/// has none, even an empty one).
+fn has_actions_block(card: &Value) -> bool {
+    card.get("blocks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|block| block.get("kind").and_then(Value::as_str) == Some("actions"))
+}
+
+/// Which card helper of the domain-plugin API a call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CardHelper {
+    /// `request_card_for_current_human` (runtime-control.md §7.3).
+    RequestForCurrentHuman,
+    /// `send_card_to_current_conversation` (runtime-control.md §7.4).
+    SendToCurrentConversation,
+}
+
+/// Plans a card helper of the domain-plugin API, in the order of runtime-control.md §7.3 and
+/// §7.4: the card (an object, valid — every error, joined by `; `), its actions, then the
+/// trusted turn (the conversation, and for a request the triggering human), never arguments.
+/// `args` holds `card`, `timeout_seconds` and `native`.
+pub fn plan_card_helper(
+    helper: CardHelper,
+    args: &Value,
+    ctx: &TurnContext,
+    now_ms: u64,
+) -> Result<ToolInteraction, String> {
+    let card = match args.get("card") {
+        Some(card @ Value::Object(_)) => card.clone(),
+        _ => return Err(CARD_NOT_OBJECT.to_owned()),
+    };
+    let validation = canon_cards::validate_card(&card);
+    if !validation.errors.is_empty() {
+        return Err(format!(
+            "Invalid canon.card.v1: {}",
+            validation.errors.join("; ")
+        ));
+    }
+    match helper {
+        CardHelper::RequestForCurrentHuman if !card_has_actions(&card) => {
+            return Err(HELPER_NEEDS_ACTIONS.to_owned())
+        }
+        CardHelper::SendToCurrentConversation if has_actions_block(&card) => {
+            return Err(HELPER_NEEDS_ACTIONLESS.to_owned())
+        }
+        _ => {}
+    }
+    let conversation_id = turn_conversation_id(ctx).ok_or(crate::api::NO_CANON_CONVERSATION)?;
+    let (action, responder, timeout_s) = match helper {
+        CardHelper::RequestForCurrentHuman => (
+            InteractionAction::RequestCard,
+            Some(trusted_user_id(ctx).ok_or(crate::api::NO_TRUSTED_HUMAN)?),
+            normalize_timeout(
+                args.get("timeout_seconds"),
+                HITL_DEFAULT_TIMEOUT_S,
+                HITL_MAX_TIMEOUT_S,
+            ),
+        ),
+        CardHelper::SendToCurrentConversation => {
+            (InteractionAction::SendCard, None, HITL_DEFAULT_TIMEOUT_S)
+        }
+    };
+    let card_id = arg_str(&card, "cardId").map(str::to_owned);
+    let has_actions = card_has_actions(&card);
+    let request = CardRequest {
+        conversation_id: conversation_id.clone(),
+        card,
+        card_id: card_id.clone(),
+        expires_at: Some(expires_at(now_ms, timeout_s)),
+        response_user_id: responder.clone(),
+        runtime_id: None,
+        turn_id: None,
+        native: args.get("native").and_then(Value::as_object).cloned(),
+    };
+    Ok(ToolInteraction {
+        action,
+        consume: ConsumeInteraction {
+            kind: InteractionKind::Card,
+            conversation_id: conversation_id.clone(),
+            id: card_id.clone().unwrap_or_default(),
+            cancel: false,
+        },
+        conversation_id,
+        request: InteractionRequest::Card(request),
+        timeout: Duration::from_secs(timeout_s),
+        responder,
+        has_actions,
+        card_id,
+        strict_responder: helper == CardHelper::RequestForCurrentHuman,
+    })
+}
+
+/// A tool result envelope (runtime-control.md §2) as the domain-plugin API returns it: the
+/// fields without `success`, or the error the function raises.
+pub fn envelope_to_api(result: &str) -> Result<Value, String> {
+    let mut value: Value = serde_json::from_str(result).map_err(|e| e.to_string())?;
+    if value.get("success") == Some(&Value::Bool(false)) {
+        return Err(value
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("Canon request failed")
+            .to_owned());
+    }
+    if let Some(map) = value.as_object_mut() {
+        map.remove("success");
+    }
+    Ok(value)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ mod completions;
 mod dev;
 mod doctor;
 mod gateway_support;
+mod hermes_api;
 mod hermes_bursts;
 mod hermes_busy;
 mod hermes_delivery;

@@ -44,7 +44,8 @@
 //! `turn.start`, `turn.accepted` (30 s), `turn.complete` (600 s; the final
 //! publish happens inside it), `tool.call` (1,860 s for
 //! `canon_runtime_control`, else 120 s), `standalone.send` (120 s), `resync`
-//! (30 s), `shutdown` (5 s), `api.inbound_media` (30 s; additive).
+//! (30 s), `shutdown` (5 s), `api.inbound_media` (30 s; additive), `api.call` (1,860 s;
+//! additive: the domain-plugin card helpers and `validate_card`).
 //!
 //! `api.inbound_media {ctx}` serves the domain-plugin call
 //! `current_canon_inbound_media()` (runtime-control.md §7.6): the answer is
@@ -166,7 +167,7 @@ pub const MULTIPLEX_MESSAGE: &str = "Canon cannot start while Hermes gateway.mul
 /// (crates/cli/tests/it/shim_constants.rs). `tool.call` is left out: its
 /// timeout depends on the tool (1,860 s for `canon_runtime_control`, else
 /// 120 s).
-pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 17] = {
+pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 18] = {
     use std::time::Duration;
     [
         ("hello", Duration::from_secs(10)),
@@ -186,6 +187,9 @@ pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 17] = {
         ("resync", Duration::from_secs(30)),
         ("shutdown", Duration::from_secs(5)),
         ("api.inbound_media", Duration::from_secs(30)),
+        // A card helper may wait for its human up to the 30-minute ceiling (runtime-control.md
+        // §7.3), and a minute more.
+        ("api.call", Duration::from_secs(1860)),
     ]
 };
 

@@ -506,6 +506,34 @@ pub struct ApiInboundMedia {
     pub ctx: TurnContext,
 }
 
+/// `api.call`: one of the card helpers of the domain-plugin API
+/// (runtime-control.md §7.3, §7.4) or `validate_card`, with the turn context the
+/// shim read in the calling task. The conversation and responder come from
+/// that context, never from `args`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiCall {
+    /// `validate_card`, `send_card_to_current_conversation` or
+    /// `request_card_for_current_human`.
+    pub method: String,
+    /// The function's arguments (`card`, `timeout_seconds`, `native`).
+    #[serde(default)]
+    pub args: Opaque,
+    /// Turn context.
+    #[serde(default)]
+    pub ctx: TurnContext,
+}
+
+/// `api.call` result: the function's return value, or the error it raises.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ApiResult {
+    /// What the function returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// The text of the error it raises.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// One captured attachment of an `api.inbound_media` answer, handed over
 /// as a new 0600 file the shim reads and deletes (hermes-host.md Q8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -575,6 +603,8 @@ messages! {
         "shutdown" => Shutdown(Shutdown),
         /// `current_canon_inbound_media()` (additive).
         "api.inbound_media" => ApiInboundMedia(ApiInboundMedia),
+        /// A card helper of the domain-plugin API, or `validate_card`.
+        "api.call" => ApiCall(ApiCall),
     }
 }
 
@@ -619,6 +649,8 @@ messages! {
         "shutdown" => Shutdown(Empty),
         /// To `api.inbound_media`.
         "api.inbound_media" => ApiInboundMedia(InboundMediaBatch),
+        /// To `api.call`.
+        "api.call" => ApiCall(ApiResult),
     }
 }
 

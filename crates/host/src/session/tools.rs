@@ -7,11 +7,12 @@
 use std::collections::BTreeMap;
 
 use canon_wire::types::InteractionCreated;
+use serde_json::{json, Value};
 
 use super::interactions::HitlStart;
 use super::{Session, SessionEffect};
 use crate::hitl::table::HitlOutcome;
-use crate::protocol::{self, ShimResponse, ToolCall, ToolResult};
+use crate::protocol::{self, ApiCall, ApiResult, ShimResponse, ToolCall, ToolResult};
 use crate::requests;
 use crate::tools::{self, AfterCreate, Plan, ToolInteraction, WaitOutcome};
 use crate::turn::Input;
@@ -30,11 +31,21 @@ pub const WAIT_CANCELLED: &str = "The Canon turn ended before the human answered
 /// so that the shell's one set of interaction tasks never confuses the two.
 const KEY_BASE: u64 = 1 << 62;
 
+/// How the request that opened an interaction is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplyAs {
+    /// A `tool.call`: the result string, envelope and all.
+    Tool,
+    /// An `api.call`: the envelope's fields, or its error.
+    Api,
+}
+
 /// One open tool interaction.
 #[derive(Debug, Clone)]
 pub(super) struct ToolWait {
     shim_id: String,
     re: &'static str,
+    reply_as: ReplyAs,
     session_key: Option<String>,
     interaction: Box<ToolInteraction>,
     created: Option<InteractionCreated>,
@@ -52,6 +63,33 @@ impl ToolWaits {
     /// Whether `key` is a tool interaction's.
     pub(super) fn owns(&self, key: u64) -> bool {
         self.open.contains_key(&key)
+    }
+}
+
+/// The frame answering an `api.call` with the function's value or error.
+pub fn api_result_frame(id: &str, re: &str, result: Result<Value, String>) -> SessionEffect {
+    let body = match result {
+        Ok(value) => ApiResult {
+            value: Some(value),
+            error: None,
+        },
+        Err(error) => ApiResult {
+            value: None,
+            error: Some(error),
+        },
+    };
+    SessionEffect::Frame(protocol::encode_response(
+        id,
+        re,
+        Ok(ShimResponse::ApiCall(body).to_body()),
+    ))
+}
+
+/// The frame answering the request of `wait` with a tool result envelope.
+fn wait_reply(wait: &ToolWait, envelope: String) -> SessionEffect {
+    match wait.reply_as {
+        ReplyAs::Tool => tool_result_frame(&wait.shim_id, wait.re, envelope),
+        ReplyAs::Api => api_result_frame(&wait.shim_id, wait.re, tools::envelope_to_api(&envelope)),
     }
 }
 
@@ -90,19 +128,69 @@ impl Session {
             }
             Plan::Interact(interaction) => interaction,
         };
-        if !self.connected {
-            return vec![tool_result_frame(
-                &id,
-                re,
-                tools::failure(tools::NO_CREDENTIALS),
-            )];
+        let session_key = call.ctx.session_key.clone();
+        self.open_tool_wait(id, re, ReplyAs::Tool, session_key, interaction)
+    }
+
+    /// `api.call` (runtime-control.md §7.3, §7.4; cards.md for `validate_card`): the card
+    /// helpers of the domain-plugin API run like the tool's card actions, bound to the call's
+    /// trusted turn; `validate_card` is answered at once by the same validator.
+    pub(super) fn api_call(
+        &mut self,
+        id: String,
+        re: &'static str,
+        call: ApiCall,
+        now_ms: u64,
+    ) -> Vec<SessionEffect> {
+        let args = &call.args.0;
+        let helper = match call.method.as_str() {
+            "validate_card" => {
+                let card = args.get("card").cloned().unwrap_or(Value::Null);
+                let validation = canon_cards::validate_card(&card);
+                let value = json!({"ok": validation.ok, "errors": validation.errors});
+                return vec![api_result_frame(&id, re, Ok(value))];
+            }
+            "request_card_for_current_human" => tools::CardHelper::RequestForCurrentHuman,
+            "send_card_to_current_conversation" => tools::CardHelper::SendToCurrentConversation,
+            other => {
+                return vec![api_result_frame(
+                    &id,
+                    re,
+                    Err(format!("Unknown Canon API function: {other}")),
+                )]
+            }
+        };
+        match tools::plan_card_helper(helper, args, &call.ctx, now_ms) {
+            Ok(interaction) => {
+                let session_key = call.ctx.session_key.clone();
+                self.open_tool_wait(id, re, ReplyAs::Api, session_key, Box::new(interaction))
+            }
+            Err(error) => vec![api_result_frame(&id, re, Err(error))],
         }
-        if self.tool_waits.open.len() >= MAX_TOOL_WAITS {
-            return vec![tool_result_frame(
-                &id,
-                re,
-                tools::failure(TOO_MANY_TOOL_WAITS),
-            )];
+    }
+
+    /// Opens the interaction of a tool or API call, or answers why it cannot be opened.
+    fn open_tool_wait(
+        &mut self,
+        id: String,
+        re: &'static str,
+        reply_as: ReplyAs,
+        session_key: Option<String>,
+        interaction: Box<ToolInteraction>,
+    ) -> Vec<SessionEffect> {
+        let refusal = if !self.connected {
+            Some(tools::NO_CREDENTIALS)
+        } else if self.tool_waits.open.len() >= MAX_TOOL_WAITS {
+            Some(TOO_MANY_TOOL_WAITS)
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            let envelope = tools::failure(refusal);
+            return vec![match reply_as {
+                ReplyAs::Tool => tool_result_frame(&id, re, envelope),
+                ReplyAs::Api => api_result_frame(&id, re, tools::envelope_to_api(&envelope)),
+            }];
         }
         self.tool_waits.next += 1;
         let key = KEY_BASE + self.tool_waits.next;
@@ -119,7 +207,8 @@ impl Session {
             ToolWait {
                 shim_id: id.clone(),
                 re,
-                session_key: call.ctx.session_key.clone().filter(|k| !k.is_empty()),
+                reply_as,
+                session_key: session_key.filter(|k| !k.is_empty()),
                 interaction,
                 created: None,
                 cancelled: false,
@@ -151,10 +240,7 @@ impl Session {
                 let Some(wait) = self.tool_waits.open.remove(&key) else {
                     return Vec::new();
                 };
-                vec![
-                    SessionEffect::ForgetHitl(key),
-                    tool_result_frame(&wait.shim_id, wait.re, text),
-                ]
+                vec![SessionEffect::ForgetHitl(key), wait_reply(&wait, text)]
             }
             AfterCreate::Wait(_) => {
                 wait.created = result.ok();
@@ -206,7 +292,7 @@ impl Session {
                 now_ms,
             ));
         }
-        effects.push(tool_result_frame(&wait.shim_id, wait.re, result));
+        effects.push(wait_reply(&wait, result));
         effects
     }
 

@@ -421,3 +421,95 @@ fn the_manifest_lists_the_tool_with_its_schema() {
         .unwrap()
         .contains("no_reply ends this turn without posting"));
 }
+
+#[test]
+fn card_helpers_check_the_card_then_its_actions_then_the_turn() {
+    let plan = |helper, args: Value, ctx: TurnContext| plan_card_helper(helper, &args, &ctx, 0);
+    let request = CardHelper::RequestForCurrentHuman;
+    let send = CardHelper::SendToCurrentConversation;
+    assert_eq!(
+        plan(request, json!({"card": 3}), canon_ctx()).unwrap_err(),
+        CARD_NOT_OBJECT
+    );
+    // Every validator error, joined, before anything about the turn.
+    let broken = json!({"schema": "canon.card.v1"});
+    let errors = canon_cards::validate_card(&broken).errors;
+    assert!(errors.len() > 1, "{errors:?}");
+    assert_eq!(
+        plan(request, json!({"card": broken}), TurnContext::default()).unwrap_err(),
+        format!("Invalid canon.card.v1: {}", errors.join("; "))
+    );
+    assert_eq!(
+        plan(request, json!({"card": valid_card(false)}), canon_ctx()).unwrap_err(),
+        HELPER_NEEDS_ACTIONS
+    );
+    assert_eq!(
+        plan(send, json!({"card": valid_card(true)}), canon_ctx()).unwrap_err(),
+        HELPER_NEEDS_ACTIONLESS
+    );
+    assert_eq!(
+        plan(
+            request,
+            json!({"card": valid_card(true)}),
+            TurnContext::default()
+        )
+        .unwrap_err(),
+        crate::api::NO_CANON_CONVERSATION
+    );
+    let anonymous = TurnContext {
+        user_id: None,
+        ..canon_ctx()
+    };
+    assert_eq!(
+        plan(
+            request,
+            json!({"card": valid_card(true)}),
+            anonymous.clone()
+        )
+        .unwrap_err(),
+        crate::api::NO_TRUSTED_HUMAN
+    );
+    // Sending needs a Canon turn, not a human, and asks nobody.
+    let shown = plan(send, json!({"card": valid_card(false)}), anonymous).unwrap();
+    assert_eq!(shown.responder, None);
+    assert_eq!(shown.action, InteractionAction::SendCard);
+    let asked = plan(
+        request,
+        json!({"card": valid_card(true), "timeout_seconds": 9999, "native": {"k": "v"}}),
+        canon_ctx(),
+    )
+    .unwrap();
+    let body = asked.request.to_body();
+    assert_eq!(body["responseUserId"], "h-alice");
+    assert_eq!(body["expiresAt"], 1_800_000);
+    assert_eq!(body["native"], json!({"k": "v"}));
+    assert!(asked.strict_responder);
+}
+
+#[test]
+fn a_card_helper_refuses_a_responder_canon_changed_and_returns_fields_without_success() {
+    let asked = plan_card_helper(
+        CardHelper::RequestForCurrentHuman,
+        &json!({"card": valid_card(true)}),
+        &canon_ctx(),
+        0,
+    )
+    .unwrap();
+    match asked.after_create(Ok(&created(
+        json!({"cardId": "c", "responseUserId": "h-bob"}),
+    ))) {
+        AfterCreate::Answer(text) => assert_eq!(text, failure(OTHER_RESPONDER)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        asked.after_create(Ok(&created(
+            json!({"cardId": "c", "responseUserId": "h-alice"})
+        ))),
+        AfterCreate::Wait(_)
+    ));
+    assert_eq!(
+        envelope_to_api(r#"{"success":true,"status":"displayed"}"#),
+        Ok(json!({"status": "displayed"}))
+    );
+    assert_eq!(envelope_to_api(&failure("boom")), Err("boom".to_owned()));
+}

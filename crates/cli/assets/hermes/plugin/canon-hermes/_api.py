@@ -5,11 +5,15 @@ runs unchanged: `from canon_hermes_plugin import current_canon_inbound_media, Ca
 `register()` puts a module of that name into `sys.modules` (`install_module`) holding the names of
 `__all__`, unless a real package of that name is importable (`doctor` flags that collision). Every
 function is bound to the current turn: it reads the trusted turn context in the calling task
-(runtime-control.md §1; never arguments) and asks the daemon. Today: `current_canon_turn` and
-`current_canon_inbound_media`; the other helpers of runtime-control.md §7 join `__all__` here.
+(runtime-control.md §1; never arguments) and asks the daemon: `current_canon_turn`,
+`current_canon_inbound_media`, the card helpers `request_card_for_current_human` and
+`send_card_to_current_conversation`, and `validate_card` with `RUNTIME_CARD_LIMITS` (answered by
+the daemon's validator and limits, so Python and Rust never disagree). The detached-approval
+helpers of runtime-control.md §7.7–§7.8 join `__all__` here with the durable registry.
 Standard library only; Hermes is read only through `turn_ctx`.
 """
 
+import asyncio
 import contextlib
 import dataclasses
 import importlib.util
@@ -22,7 +26,7 @@ from typing import Optional
 
 from ._constants import (NO_CANON_CONVERSATION, NO_MESSAGE_PROVENANCE, NO_TRUSTED_HUMAN, PLATFORM,
                          SESSION_CONTEXT_UNAVAILABLE, TIMEOUTS)
-from ._daemon import SUPERVISOR, DaemonError, turn_ctx
+from ._daemon import MANIFEST, SUPERVISOR, DaemonError, turn_ctx
 
 MODULE_NAME = "canon_hermes_plugin"
 HANDOFF_PREFIX = "canon-inbound-"  # canon_host::media::DISK_NAME_PREFIX: the daemon's hand-off files
@@ -30,7 +34,14 @@ MEDIA_UNREADABLE = "Canon inbound media could not be read"
 
 log = logging.getLogger("canon_hermes")
 
-__all__ = ["CanonTurnContext", "CanonInboundMedia", "current_canon_turn", "current_canon_inbound_media"]
+__all__ = ["CanonTurnContext", "CanonInboundMedia", "current_canon_turn", "current_canon_inbound_media",
+           "request_card_for_current_human", "send_card_to_current_conversation", "validate_card",
+           "RUNTIME_CARD_LIMITS"]
+
+# The 15 limits of cards.md §10.1 in export order, as `install` wrote them from the validator's
+# own table.
+RUNTIME_CARD_LIMITS = dict(MANIFEST.get("card_limits") or {})
+VALIDATE_TIMEOUT = 10  # seconds: the validator answers at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +145,54 @@ def current_canon_inbound_media():
         log.warning("canon-hermes: trusted inbound media dropped (%s)", type(exc).__name__)
         raise RuntimeError(MEDIA_UNREADABLE) from None
     return tuple(media)
+
+
+def _api_request(method, args, ctx):
+    return SUPERVISOR.get().request("api.call", {"method": method, "args": args, "ctx": ctx})
+
+
+def _api_value(body):
+    if body.get("error"):
+        raise RuntimeError(body["error"])
+    return body.get("value")
+
+
+async def _api_call(method, args):
+    """`method` on the daemon with the calling task's turn context; its value, or its error raised."""
+    ctx = _context()
+    try:
+        body = await asyncio.wait_for(asyncio.wrap_future(_api_request(method, args, ctx)),
+                                      TIMEOUTS["api.call"])
+    except asyncio.TimeoutError:
+        raise RuntimeError("canon-hermes daemon timed out") from None
+    except DaemonError as exc:
+        raise RuntimeError(str(exc)) from exc
+    return _api_value(body)
+
+
+def validate_card(card):
+    """`{"ok": bool, "errors": [str, ...]}` for a canon.card.v1 card, from the same validator Canon's
+    server rules are checked with (cards.md)."""
+    try:
+        body = SUPERVISOR.get().call("api.call", {"method": "validate_card", "args": {"card": card},
+                                                  "ctx": {}}, VALIDATE_TIMEOUT)
+    except DaemonError as exc:
+        raise RuntimeError(str(exc)) from exc
+    return _api_value(body)
+
+
+async def request_card_for_current_human(card, *, timeout_seconds=300, native=None):
+    """Shows an interactive card to the human who triggered this turn and waits for the answer
+    (runtime-control.md §7.3): `submitted` (with `actionId`, `values`, `respondedBy`),
+    `cancelled` or `timeout`. An answer from anyone else fails closed."""
+    return await _api_call("request_card_for_current_human",
+                           {"card": card, "timeout_seconds": timeout_seconds, "native": native})
+
+
+async def send_card_to_current_conversation(card, *, native=None):
+    """Shows an actionless card in this turn's conversation (runtime-control.md §7.4):
+    `{"status": "displayed", "conversationId", "cardId", ..., "request"}`."""
+    return await _api_call("send_card_to_current_conversation", {"card": card, "native": native})
 
 
 def install_module():

@@ -38,7 +38,7 @@ TIMEOUTS = {
     "adapter.send": 120, "adapter.edit": 120, "adapter.send_media": 300,
     "adapter.send_clarify": 14, "adapter.send_exec_approval": 14, "adapter.chat_info": 10,
     "turn.start": 30, "turn.complete": 600, "standalone.send": 120, "resync": 30, "shutdown": 5,
-    "api.inbound_media": 30,
+    "api.inbound_media": 30, "api.call": 1860,
 }
 EXIT_WAIT = 5  # seconds from stdin EOF to SIGTERM; at least canon_adapter::config::EXIT_GRACE
 
