@@ -375,6 +375,9 @@ mod tests {
         assert!(value["skills"][0]["description"]
             .as_str()
             .is_some_and(|d| d.starts_with("Build and send validated Canon rich cards")));
-        assert_eq!(value["files"][5], "plugin.yaml");
+        // The package's modules, then plugin.yaml and the skill.
+        assert_eq!(value["files"][PACKAGE.len()], "plugin.yaml");
+        assert_eq!(value["files"][0], "__init__.py");
+        assert_eq!(value["card_limits"]["blocks"], 24);
     }
 }
