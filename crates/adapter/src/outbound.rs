@@ -124,7 +124,7 @@ fn transport_error(error: &TransportError) -> String {
 }
 
 /// Uploads `bytes` and returns the attachment object.
-async fn upload(
+pub(crate) async fn upload(
     client: &CanonClient,
     conversation_id: &str,
     bytes: Vec<u8>,
@@ -140,6 +140,41 @@ async fn upload(
         })
         .await
         .map_err(|e| transport_error(&e))
+}
+
+/// Uploads the hand-off file of the domain-plugin call `upload_media_for_current_conversation`
+/// (runtime-control.md §7.5) and deletes it, whatever happens; the attachment Canon returned.
+pub(crate) async fn upload_handoff(
+    client: &CanonClient,
+    conversation_id: &str,
+    path: &str,
+    mime_type: &str,
+    file_name: Option<String>,
+) -> Result<MediaPayload, String> {
+    let bytes = read_local(path).await;
+    remove_handoff(path);
+    let bytes = bytes.map_err(|error| {
+        if error == UPLOAD_LIMIT_ERROR {
+            canon_host::tools::UPLOAD_TOO_LARGE.to_owned()
+        } else {
+            error
+        }
+    })?;
+    if bytes.is_empty() {
+        return Err(canon_host::tools::UPLOAD_NEEDS_DATA.to_owned());
+    }
+    let attachment = upload(client, conversation_id, bytes, mime_type, file_name).await?;
+    Ok(MediaPayload {
+        content_type: attachment_kind(mime_type).to_owned(),
+        attachments: vec![Value::Object(attachment)],
+    })
+}
+
+/// Deletes a hand-off file (one unlink; a file already gone is fine).
+pub(crate) fn remove_handoff(path: &str) {
+    if let Err(error) = std::fs::remove_file(path) {
+        tracing::debug!(%error, "hand-off file already gone");
+    }
 }
 
 /// Uploads one `adapter.send_media` item (canon-wire.md §7.4): a remote

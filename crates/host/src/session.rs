@@ -130,6 +130,22 @@ pub enum SessionEffect {
         /// The batch, in capture order (never empty).
         media: Vec<CapturedMedia>,
     },
+    /// Upload the hand-off file of the domain-plugin call
+    /// `upload_media_for_current_conversation` into `conversation_id`, then
+    /// delete the file; report [`SessionInput::Uploaded`] with the attachment
+    /// as the payload's only attachment.
+    UploadApiMedia {
+        /// The request.
+        request: RequestId,
+        /// The conversation of the call's trusted turn.
+        conversation_id: String,
+        /// The file the shim wrote the bytes to.
+        path: String,
+        /// The normalized MIME type.
+        mime_type: String,
+        /// The file name to give Canon.
+        file_name: Option<String>,
+    },
     /// Upload the file of an `adapter.send_media`; report
     /// [`SessionInput::Uploaded`].
     UploadMedia {

@@ -73,6 +73,13 @@ pub const HELPER_NEEDS_ACTIONS: &str =
 /// runtime-control.md §7.4, exact.
 pub const HELPER_NEEDS_ACTIONLESS: &str = "send_card_to_current_conversation only accepts actionless cards; use request_card_for_current_human for interactive cards";
 
+/// runtime-control.md §7.5, exact.
+pub const UPLOAD_NEEDS_MIME: &str = "mime_type is required";
+/// runtime-control.md §7.5, exact.
+pub const UPLOAD_NEEDS_DATA: &str = "data must not be empty";
+/// runtime-control.md §7.5, exact.
+pub const UPLOAD_TOO_LARGE: &str = "Canon media upload limit is 10MB";
+
 /// The answer to `request_approval` and `check_approval` while the durable detached-approval
 /// registry (approvals.md §9–§16) is not wired into the daemon.
 pub const DETACHED_UNAVAILABLE: &str = "Detached approvals are not available in this canon-hermes build yet; ask with request_card or request_input instead.";

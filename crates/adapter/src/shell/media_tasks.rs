@@ -51,6 +51,41 @@ impl Driver {
         None
     }
 
+    /// Uploads the hand-off file of `upload_media_for_current_conversation` on a task; the
+    /// session answers the plugin's call with the attachment or the error.
+    pub(super) fn upload_api_media(
+        &mut self,
+        request: RequestId,
+        conversation_id: String,
+        path: String,
+        mime_type: String,
+        file_name: Option<String>,
+    ) {
+        let done = self.upload_tx.clone();
+        let permits = self.upload_permits.clone();
+        let client = self.client();
+        self.upload_tasks.spawn(async move {
+            let result = match client {
+                Ok(client) => {
+                    let _permit = permits.acquire_owned().await;
+                    outbound::upload_handoff(
+                        &client,
+                        &conversation_id,
+                        &path,
+                        &mime_type,
+                        file_name,
+                    )
+                    .await
+                }
+                Err(error) => {
+                    outbound::remove_handoff(&path);
+                    Err(error.to_string())
+                }
+            };
+            let _ = done.send(Uploaded { request, result }).await;
+        });
+    }
+
     /// Uploads every file of a standalone send into `target` first; the
     /// text then goes out as one standalone id group with the media on the
     /// final part (hermes-host.md §15).

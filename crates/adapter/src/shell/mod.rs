@@ -429,6 +429,13 @@ impl Driver {
             SessionEffect::UploadMedia { request, media } => {
                 return self.upload_media(request, *media)
             }
+            SessionEffect::UploadApiMedia {
+                request,
+                conversation_id,
+                path,
+                mime_type,
+                file_name,
+            } => self.upload_api_media(request, conversation_id, path, mime_type, file_name),
             SessionEffect::UploadStandalone {
                 request,
                 target,

@@ -8,6 +8,7 @@
 //! | `validate_card`, `RUNTIME_CARD_LIMITS`, `current_canon_turn` | cards.md §10.1, runtime-control.md §7.2 |
 //! | `send_card_to_current_conversation`: displayed; a card with actions refused | runtime-control.md §7.4 |
 //! | `request_card_for_current_human`: the triggering human's answer comes back | runtime-control.md §7.3 |
+//! | `upload_media_for_current_conversation`: the bytes land in Canon; bad input refused | runtime-control.md §7.5 |
 
 use std::path::Path;
 
@@ -46,6 +47,10 @@ def probe(args, **kwargs):
     attempt(record, "shown", lambda: asyncio.run(api.send_card_to_current_conversation(INFO)))
     attempt(record, "shown_with_actions", lambda: asyncio.run(api.send_card_to_current_conversation(ASK)))
     attempt(record, "answer", lambda: asyncio.run(api.request_card_for_current_human(ASK, timeout_seconds=60)))
+    attempt(record, "uploaded", lambda: asyncio.run(api.upload_media_for_current_conversation(
+        b"hello canon", "Text/Plain", file_name="hello.txt")))
+    attempt(record, "upload_empty", lambda: asyncio.run(api.upload_media_for_current_conversation(b"", "text/plain")))
+    attempt(record, "upload_no_mime", lambda: asyncio.run(api.upload_media_for_current_conversation(b"x", "plain")))
     with open(os.environ["CANON_CARD_PROBE_OUT"], "a") as out:
         out.write(json.dumps(record) + "\n")
     return json.dumps({"done": True})
@@ -154,4 +159,22 @@ async fn real_gateway_domain_plugin_uses_the_card_helpers() {
     assert_eq!(record["answer"]["status"], "submitted", "{record:#}");
     assert_eq!(record["answer"]["actionId"], "ship", "{record:#}");
     assert_eq!(record["answer"]["respondedBy"], DEFAULT_OWNER, "{record:#}");
+    // The upload landed in Canon; the plugin got its attachment and url.
+    let url = record["uploaded"]["url"]
+        .as_str()
+        .unwrap_or_else(|| sc.fail("an upload url"));
+    assert!(!url.is_empty());
+    assert_eq!(
+        record["uploaded"]["attachment"]["mimeType"], "text/plain",
+        "{record:#}"
+    );
+    assert_eq!(sc.sim.read_state(|s| s.uploads.len()), 1);
+    assert_eq!(
+        record["upload_empty_error"],
+        "ValueError: data must not be empty"
+    );
+    assert_eq!(
+        record["upload_no_mime_error"],
+        "RuntimeError: mime_type is required"
+    );
 }

@@ -182,6 +182,14 @@ pub(super) enum PendingUpload {
     Media(Box<HostMedia>),
     /// `standalone.send` with files.
     Standalone(Box<StandaloneSend>),
+    /// The domain-plugin call `upload_media_for_current_conversation`: its
+    /// `api.call` is answered with the attachment.
+    Api {
+        /// The shim request.
+        id: String,
+        /// Its type.
+        re: &'static str,
+    },
 }
 
 impl Session {
@@ -588,6 +596,18 @@ impl Session {
             debug_assert!(false, "upload result for no pending send");
             return Vec::new();
         };
+        if let PendingUpload::Api { id, re } = pending {
+            let value = result.map(|payload| {
+                let attachment = payload
+                    .attachments
+                    .into_iter()
+                    .next()
+                    .unwrap_or(Value::Null);
+                let url = attachment.get("url").cloned().unwrap_or(Value::Null);
+                serde_json::json!({"attachment": attachment, "url": url})
+            });
+            return vec![super::tools::api_result_frame(&id, re, value)];
+        }
         match result {
             Ok(payload) => {
                 let input = match pending {
@@ -599,6 +619,7 @@ impl Session {
                         send.media = Some(payload);
                         Input::Standalone(*send)
                     }
+                    PendingUpload::Api { .. } => return Vec::new(),
                 };
                 self.feed(input, now_ms)
             }

@@ -338,6 +338,15 @@ fn describe(effect: &SessionEffect) -> String {
         SessionEffect::UploadMedia { request, media } => {
             format!("upload media r{} {}", request.0, media.chat_id)
         }
+        SessionEffect::UploadApiMedia {
+            request,
+            conversation_id,
+            mime_type,
+            ..
+        } => format!(
+            "upload api media r{} {conversation_id} {mime_type}",
+            request.0
+        ),
         SessionEffect::ServeInboundMedia {
             id,
             message_id,

@@ -150,6 +150,7 @@ impl Session {
                 let value = json!({"ok": validation.ok, "errors": validation.errors});
                 return vec![api_result_frame(&id, re, Ok(value))];
             }
+            "upload_media_for_current_conversation" => return self.api_upload(id, re, &call),
             "request_card_for_current_human" => tools::CardHelper::RequestForCurrentHuman,
             "send_card_to_current_conversation" => tools::CardHelper::SendToCurrentConversation,
             other => {
@@ -167,6 +168,56 @@ impl Session {
             }
             Err(error) => vec![api_result_frame(&id, re, Err(error))],
         }
+    }
+
+    /// `upload_media_for_current_conversation` (runtime-control.md §7.5): the shim checked the
+    /// bytes and wrote them to a private hand-off file; this checks the turn and the MIME type
+    /// and has the shell upload the file into the turn's conversation (and delete it).
+    fn api_upload(&mut self, id: String, re: &'static str, call: &ApiCall) -> Vec<SessionEffect> {
+        let args = &call.args.0;
+        let path = args
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        // A refused call leaves the hand-off file to the shim, which deletes it either way.
+        let refuse =
+            |error: &str, _path: &str| vec![api_result_frame(&id, re, Err(error.to_owned()))];
+        let Some(conversation_id) = tools::turn_conversation_id(&call.ctx) else {
+            return refuse(crate::api::NO_CANON_CONVERSATION, &path);
+        };
+        let mime_type = args
+            .get("mime_type")
+            .and_then(Value::as_str)
+            .map(|m| m.trim().to_lowercase())
+            .unwrap_or_default();
+        if !mime_type.contains('/') {
+            return refuse(tools::UPLOAD_NEEDS_MIME, &path);
+        }
+        if path.is_empty() {
+            return refuse(tools::UPLOAD_NEEDS_DATA, &path);
+        }
+        if !self.connected {
+            return refuse(tools::NO_CREDENTIALS, &path);
+        }
+        let file_name = args
+            .get("file_name")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned);
+        // The upload's own number: its answer is this `api.call`'s, not a turn-machine reply.
+        self.next_request += 1;
+        let request = crate::turn::RequestId(self.next_request);
+        self.uploads
+            .insert(request.0, super::handle::PendingUpload::Api { id, re });
+        vec![SessionEffect::UploadApiMedia {
+            request,
+            conversation_id,
+            path,
+            mime_type,
+            file_name,
+        }]
     }
 
     /// Opens the interaction of a tool or API call, or answers why it cannot be opened.

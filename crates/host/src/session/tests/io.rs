@@ -945,3 +945,63 @@ fn a_message_without_an_id_registers_nothing_and_withholds_its_hidden_media() {
     );
     assert!(daemon.session.captures.is_empty());
 }
+
+/// `real_gateway_domain_plugin_uses_the_card_helpers` in `hermes_api.rs`, the upload part: the
+/// turn and the MIME type are checked, the shell uploads the hand-off file, and the plugin's
+/// call is answered with the attachment and its url.
+#[test]
+fn a_domain_plugin_upload_goes_to_the_turns_conversation_and_answers_the_attachment() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let call = |daemon: &mut Daemon, id: &str, mime: &str, ctx: Value| {
+        daemon.handle_effects(SessionInput::Line(
+            protocol::encode_request(
+                id,
+                "api.call",
+                json!({"method": "upload_media_for_current_conversation",
+                       "args": {"path": "/tmp/canon-upload-x", "mime_type": mime, "file_name": "a.txt"},
+                       "ctx": ctx}),
+            )
+            .into_bytes(),
+        ))
+    };
+    let outside = call(
+        &mut daemon,
+        "s:1",
+        "text/plain",
+        json!({"platform": "telegram"}),
+    );
+    assert_eq!(
+        frame_body(&outside)["body"]["error"],
+        crate::api::NO_CANON_CONVERSATION
+    );
+    let no_mime = call(&mut daemon, "s:2", "plain", ctx("c1"));
+    assert_eq!(
+        frame_body(&no_mime)["body"]["error"],
+        "mime_type is required"
+    );
+    let started = call(&mut daemon, "s:3", " Text/Plain ", ctx("c1"));
+    let lines: Vec<String> = started.iter().map(describe).collect();
+    let [line] = lines.as_slice() else {
+        panic!("{lines:?}");
+    };
+    assert!(
+        line.starts_with("upload api media r") && line.ends_with(" c1 text/plain"),
+        "{line}"
+    );
+    let SessionEffect::UploadApiMedia { request, .. } = &started[0] else {
+        panic!("{started:?}");
+    };
+    let done = daemon.handle_effects(SessionInput::Uploaded {
+        request: *request,
+        result: Ok(crate::turn::MediaPayload {
+            content_type: "file".into(),
+            attachments: vec![json!({"kind": "file", "url": "https://cdn/a.txt"})],
+        }),
+    });
+    assert_eq!(
+        frame_body(&done)["body"],
+        json!({"value": {"attachment": {"kind": "file", "url": "https://cdn/a.txt"},
+                         "url": "https://cdn/a.txt"}})
+    );
+}

@@ -7,7 +7,7 @@ runs unchanged: `from canon_hermes_plugin import current_canon_inbound_media, Ca
 function is bound to the current turn: it reads the trusted turn context in the calling task
 (runtime-control.md §1; never arguments) and asks the daemon: `current_canon_turn`,
 `current_canon_inbound_media`, the card helpers `request_card_for_current_human` and
-`send_card_to_current_conversation`, and `validate_card` with `RUNTIME_CARD_LIMITS` (answered by
+`send_card_to_current_conversation`, `upload_media_for_current_conversation`, and `validate_card` with `RUNTIME_CARD_LIMITS` (answered by
 the daemon's validator and limits, so Python and Rust never disagree). The detached-approval
 helpers of runtime-control.md §7.7–§7.8 join `__all__` here with the durable registry.
 Standard library only; Hermes is read only through `turn_ctx`.
@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import sys
+import tempfile
 import types
 from pathlib import Path
 from typing import Optional
@@ -35,13 +36,17 @@ MEDIA_UNREADABLE = "Canon inbound media could not be read"
 log = logging.getLogger("canon_hermes")
 
 __all__ = ["CanonTurnContext", "CanonInboundMedia", "current_canon_turn", "current_canon_inbound_media",
-           "request_card_for_current_human", "send_card_to_current_conversation", "validate_card",
-           "RUNTIME_CARD_LIMITS"]
+           "request_card_for_current_human", "send_card_to_current_conversation",
+           "upload_media_for_current_conversation", "validate_card", "RUNTIME_CARD_LIMITS"]
 
 # The 15 limits of cards.md §10.1 in export order, as `install` wrote them from the validator's
 # own table.
 RUNTIME_CARD_LIMITS = dict(MANIFEST.get("card_limits") or {})
 VALIDATE_TIMEOUT = 10  # seconds: the validator answers at once
+UPLOAD_LIMIT = 10 * 1024 * 1024  # bytes (runtime-control.md §7.5)
+# runtime-control.md §7.5, exact.
+DATA_NOT_BYTES, DATA_EMPTY, UPLOAD_TOO_LARGE = ("data must be bytes", "data must not be empty",
+                                                "Canon media upload limit is 10MB")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +198,30 @@ async def send_card_to_current_conversation(card, *, native=None):
     """Shows an actionless card in this turn's conversation (runtime-control.md §7.4):
     `{"status": "displayed", "conversationId", "cardId", ..., "request"}`."""
     return await _api_call("send_card_to_current_conversation", {"card": card, "native": native})
+
+
+async def upload_media_for_current_conversation(data, mime_type, *, file_name=None):
+    """Uploads `data` into this turn's conversation (runtime-control.md §7.5) and returns Canon's
+    answer, `{"attachment": {...}, "url": ...}`, for a card preview. The bytes go to the daemon as a
+    private temporary file (0600), which is deleted whatever happens."""
+    _turn(_context())
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(DATA_NOT_BYTES)
+    data = bytes(data)
+    if not data:
+        raise ValueError(DATA_EMPTY)
+    if len(data) > UPLOAD_LIMIT:
+        raise ValueError(UPLOAD_TOO_LARGE)
+    fd, path = tempfile.mkstemp(prefix="canon-upload-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        return await _api_call("upload_media_for_current_conversation",
+                               {"path": path, "mime_type": mime_type if isinstance(mime_type, str) else "",
+                                "file_name": file_name if isinstance(file_name, str) else None})
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def install_module():
