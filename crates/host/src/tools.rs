@@ -687,8 +687,9 @@ pub enum CardHelper {
     SendToCurrentConversation,
 }
 
-/// Plans a card helper of the domain-plugin API, in the order of runtime-control.md §7.3 and
-/// §7.4: the card (an object, valid — every error, joined by `; `), its actions, then the
+/// Plans a card helper of the domain-plugin API, in the order of its rules
+/// (runtime-control.md §7.3 and §7.4): the card (an object, valid — every error, joined by
+/// `; `), its actions, then the
 /// trusted turn (the conversation, and for a request the triggering human), never arguments.
 /// `args` holds `card`, `timeout_seconds` and `native`.
 pub fn plan_card_helper(

@@ -187,8 +187,8 @@ pub const SHIM_TIMEOUTS: [(&str, std::time::Duration); 18] = {
         ("resync", Duration::from_secs(30)),
         ("shutdown", Duration::from_secs(5)),
         ("api.inbound_media", Duration::from_secs(30)),
-        // A card helper may wait for its human up to the 30-minute ceiling (runtime-control.md
-        // §7.3), and a minute more.
+        // A card helper may wait for its human up to the 30-minute ceiling
+        // (runtime-control.md §7.3), and a minute more.
         ("api.call", Duration::from_secs(1860)),
     ]
 };
