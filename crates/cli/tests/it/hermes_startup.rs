@@ -85,6 +85,31 @@ async fn real_gateway_message_during_startup_restore_is_one_turn() {
 /// cli.md §5.1: in the gateway the platform config comes before the env defaults. The only
 /// credentials in the environment are an `agents.json` profile whose key Canon does not know
 /// (enough for the shim's readiness check, which has no config); config.yaml's
+/// A value JSON has no form for in a frame the shim sends (reliability review H1): YAML reads an
+/// unquoted date in `platforms.canon.extra` as a `datetime.date`, which reaches the daemon in
+/// `adapter.connect`. The frame is sent with the date as text, the platform connects and a turn is
+/// answered; before, the shim's writer thread died on it and Canon went deaf for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_survives_a_yaml_date_in_the_platform_extra() {
+    let options = GatewayOptions {
+        platform_lines: "    extra:\n      since: 2025-01-01\n".to_owned(),
+        ..GatewayOptions::default()
+    };
+    let sc = Scenario::start(json!([{"match": {}, "reply": {"text": ANSWER}}]), options).await;
+    sc.inject(Injection {
+        text: Some("hello".into()),
+        ..Injection::default()
+    });
+    sc.wait("the answer's turn_complete", |s| {
+        s.messages
+            .iter()
+            .any(|m| m.conversation_id == DEFAULT_CONVERSATION && is_turn_complete(&m.message))
+    })
+    .await;
+    let connects = sc.sim.journal(0, Some("/agents/me"));
+    assert!(!connects.is_empty(), "{}", sc.gateway.log_tail());
+}
+
 /// `platforms.canon` gives the real key as `api_key` and the environment and URLs as extras.
 /// The shim hands them to the daemon with `adapter.connect`, which connects with them: with the
 /// profile's key Canon would refuse the connect and the platform would never be connected.

@@ -130,9 +130,21 @@ class DaemonError(Exception):
         return cls(err.get("code", default), err.get("message", ""), bool(err.get("retryable")))
 
 
+def _plain(value):
+    """What JSON cannot hold, as text: a YAML date from config.yaml, a Path, a set, bytes, any
+    object Hermes hands over. The daemon reads them as the strings they print as."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(str, value))
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
 def encode(frame):
-    """A frame as its line on the wire: compact JSON (non-ASCII escaped), then LF."""
-    return json.dumps(frame, separators=(",", ":")).encode() + b"\n"
+    """A frame as its line on the wire: compact JSON (non-ASCII escaped), then LF. Values JSON has
+    no form for become text (`_plain`); NaN and infinities, which the daemon's JSON refuses, raise
+    ValueError, which fails only that frame (`Daemon.post`)."""
+    return json.dumps(frame, separators=(",", ":"), default=_plain, allow_nan=False).encode() + b"\n"
 
 
 def decode(line):
@@ -203,6 +215,18 @@ class Daemon:
         return not self.dead and self.proc.poll() is None
 
     def post(self, frame):
+        """Queues one frame for the writer, encoded here so that a frame that cannot be encoded
+        fails alone, in its caller, and never stops the writer (which would leave Canon deaf
+        while Hermes shows it connected). False when the queue is full; raises DaemonError for a
+        frame that cannot be encoded."""
+        if frame is not None:
+            try:
+                frame = encode(frame)
+            except (TypeError, ValueError, RecursionError) as exc:
+                kind = frame.get("type") or frame.get("re") if isinstance(frame, dict) else None
+                daemon_log.error("canon-hermes: a %s frame could not be encoded (%s); dropped it", kind,
+                                 type(exc).__name__)
+                raise DaemonError(INTERNAL, "canon-hermes frame could not be encoded: %s" % exc) from None
         try:
             self.out.put_nowait(frame)
             return True
@@ -216,10 +240,16 @@ class Daemon:
                 self.pending[rid] = fut
         if self.dead:
             fut.set_exception(DaemonError.of(EXITED))
-        elif not self.post(request_frame(kind, rid, body)):
+            return fut
+        try:
+            queued = self.post(request_frame(kind, rid, body))
+            failure = None if queued else DaemonError(BACKPRESSURE, "canon-hermes daemon busy", True)
+        except DaemonError as exc:
+            failure = exc
+        if failure is not None:
             with self.lock:
                 self.pending.pop(rid, None)
-            fut.set_exception(DaemonError(BACKPRESSURE, "canon-hermes daemon busy", True))
+            fut.set_exception(failure)
         return fut
 
     def call(self, kind, body, timeout):
@@ -235,10 +265,17 @@ class Daemon:
             raise DaemonError(TIMEOUT, "canon-hermes daemon timed out") from None
 
     def notify(self, kind, body):
-        self.post(notification_frame(kind, body))
+        try:
+            self.post(notification_frame(kind, body))
+        except DaemonError:
+            pass  # logged by post; a notification has nobody to tell
 
     def respond(self, rid, kind, body=None, error=None):
-        self.post(response_frame(rid, kind, body, error))
+        try:
+            self.post(response_frame(rid, kind, body, error))
+        except DaemonError as exc:
+            # The daemon still gets an answer, so its request does not wait out its timeout.
+            self.post(response_frame(rid, kind, error={"code": INTERNAL, "message": str(exc)}))
 
     def close(self):
         """stdin EOF, then SIGTERM, then SIGKILL of this child only."""
@@ -258,9 +295,9 @@ class Daemon:
                 if frame is None:
                     self.proc.stdin.close()
                     return
-                self.proc.stdin.write(encode(frame))
+                self.proc.stdin.write(frame)
                 self.proc.stdin.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # the pipe is gone (ValueError: written after close)
                 return
 
     def _read_loop(self):
