@@ -426,34 +426,43 @@ fn plan_card(
     let card_id = arg_str(args, "cardId")
         .or_else(|| arg_str(&card, "cardId"))
         .map(str::to_owned);
-    let responder = trusted_user_id(ctx);
-    let has_actions = card_has_actions(&card);
     let request = CardRequest {
-        conversation_id: conversation_id.clone(),
+        conversation_id,
         card,
-        card_id: card_id.clone(),
+        card_id,
         expires_at: Some(expires_at(now_ms, timeout_s)),
-        response_user_id: responder.clone(),
+        response_user_id: trusted_user_id(ctx),
         runtime_id: arg_str(args, "runtimeId").map(str::to_owned),
         turn_id: arg_str(args, "turnId").map(str::to_owned),
         native: None,
     };
-    Ok(ToolInteraction {
+    Ok(card_interaction(action, request, timeout_s, false))
+}
+
+/// The interaction of a card create call: its consume poll, responder, card id and whether it
+/// has actions all come from the request itself.
+fn card_interaction(
+    action: InteractionAction,
+    request: CardRequest,
+    timeout_s: u64,
+    strict_responder: bool,
+) -> ToolInteraction {
+    ToolInteraction {
         action,
         consume: ConsumeInteraction {
             kind: InteractionKind::Card,
-            conversation_id: conversation_id.clone(),
-            id: card_id.clone().unwrap_or_default(),
+            conversation_id: request.conversation_id.clone(),
+            id: request.card_id.clone().unwrap_or_default(),
             cancel: false,
         },
-        conversation_id,
-        request: InteractionRequest::Card(request),
+        conversation_id: request.conversation_id.clone(),
         timeout: Duration::from_secs(timeout_s),
-        responder,
-        has_actions,
-        card_id,
-        strict_responder: false,
-    })
+        responder: request.response_user_id.clone(),
+        has_actions: card_has_actions(&request.card),
+        card_id: request.card_id.clone(),
+        request: InteractionRequest::Card(request),
+        strict_responder,
+    }
 }
 
 /// A choice object as Canon's `{label, value}` (label: `label`, `text` or `value`; value:
@@ -733,34 +742,18 @@ pub fn plan_card_helper(
             (InteractionAction::SendCard, None, HITL_DEFAULT_TIMEOUT_S)
         }
     };
-    let card_id = arg_str(&card, "cardId").map(str::to_owned);
-    let has_actions = card_has_actions(&card);
     let request = CardRequest {
-        conversation_id: conversation_id.clone(),
+        conversation_id,
+        card_id: arg_str(&card, "cardId").map(str::to_owned),
         card,
-        card_id: card_id.clone(),
         expires_at: Some(expires_at(now_ms, timeout_s)),
-        response_user_id: responder.clone(),
+        response_user_id: responder,
         runtime_id: None,
         turn_id: None,
         native: args.get("native").and_then(Value::as_object).cloned(),
     };
-    Ok(ToolInteraction {
-        action,
-        consume: ConsumeInteraction {
-            kind: InteractionKind::Card,
-            conversation_id: conversation_id.clone(),
-            id: card_id.clone().unwrap_or_default(),
-            cancel: false,
-        },
-        conversation_id,
-        request: InteractionRequest::Card(request),
-        timeout: Duration::from_secs(timeout_s),
-        responder,
-        has_actions,
-        card_id,
-        strict_responder: helper == CardHelper::RequestForCurrentHuman,
-    })
+    let strict = helper == CardHelper::RequestForCurrentHuman;
+    Ok(card_interaction(action, request, timeout_s, strict))
 }
 
 /// A tool result envelope (runtime-control.md §2) as the domain-plugin API returns it: the
