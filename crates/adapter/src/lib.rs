@@ -37,6 +37,7 @@
 
 mod canon;
 pub mod config;
+mod detached;
 mod env;
 mod inbound_media;
 mod outbound;

@@ -44,6 +44,7 @@ pub mod connect;
 pub mod conversations;
 pub mod credentials;
 pub mod delivery;
+pub mod detached;
 pub mod hitl;
 pub mod inbound;
 pub mod media;

@@ -146,6 +146,29 @@ pub enum SessionEffect {
         /// The file name to give Canon.
         file_name: Option<String>,
     },
+    /// Run this detached-approval call against the registry and Canon
+    /// (approvals.md §9–§11); report [`SessionInput::DetachedDone`].
+    Detached {
+        /// The shim request (`tool.call` or `api.call`).
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// An `api.call` of a domain-plugin helper (else the tool).
+        api: bool,
+        /// What to run.
+        call: Box<crate::detached::DetachedCall>,
+    },
+    /// Look this `approval_reply` receipt up in the registry and act on it
+    /// (approvals.md §12).
+    ApprovalReceipt(Box<crate::detached::ApprovalReceipt>),
+    /// The wake of this approval was answered by the shim, or could not be
+    /// handed to it: finish its wake lease (approvals.md §13 step 5).
+    ApprovalWakeAnswered {
+        /// The approval.
+        approval_id: String,
+        /// Hermes accepted the event.
+        delivered: bool,
+    },
     /// Upload the file of an `adapter.send_media`; report
     /// [`SessionInput::Uploaded`].
     UploadMedia {
@@ -243,6 +266,9 @@ pub enum InboundStep {
     Nothing,
     /// Send this `inbound.message` now.
     Send(Box<InboundMessage>),
+    /// An `approval_reply` receipt for the shell to look up in the
+    /// detached-approval registry (approvals.md §12); never a turn.
+    ApprovalReceipt(Box<crate::detached::ApprovalReceipt>),
     /// Download the message's attachments (job `job`) and report what was
     /// found as `MediaDone`; the session registers the captures and
     /// finishes the message.
@@ -312,6 +338,8 @@ pub struct Session {
     uploads: handle::Uploads,
     /// Tool calls whose Canon interaction is open.
     tool_waits: tools::ToolWaits,
+    /// Detached-approval wakes the shim has not answered yet.
+    wakes: detached::WakesInFlight,
 }
 
 /// What a finished conversation re-fetch means.
@@ -352,6 +380,7 @@ impl Default for Session {
             config: SessionConfig::default(),
             uploads: handle::Uploads::default(),
             tool_waits: tools::ToolWaits::default(),
+            wakes: detached::WakesInFlight::default(),
         }
     }
 }
@@ -927,6 +956,20 @@ impl Session {
         }
         let wake = match outcome {
             PipelineOutcome::Wake(wake) => wake,
+            PipelineOutcome::ApprovalReceipt {
+                approval_id,
+                conversation_id,
+            } => {
+                let receipt = crate::detached::ApprovalReceipt::from_payload(
+                    approval_id,
+                    conversation_id,
+                    payload,
+                );
+                return (
+                    InboundStep::ApprovalReceipt(Box::new(receipt)),
+                    keys_changed,
+                );
+            }
             other => {
                 tracing::debug!(conversation_id, ?other, "inbound message does not wake");
                 return (InboundStep::Nothing, keys_changed);
@@ -995,6 +1038,7 @@ pub fn error_frame(id: &str, re: &str, code: ErrorCode, message: String) -> Sess
     SessionEffect::Frame(protocol::encode_response(id, re, Err(&error)))
 }
 
+pub mod detached;
 pub mod handle;
 pub mod interactions;
 #[cfg(test)]

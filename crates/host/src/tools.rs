@@ -13,8 +13,8 @@
 //! context (runtime-control.md §1, §6): the model's `responseUserId` is ignored.
 //!
 //! `no_reply` is decided by the turn machine (`crate::turn`); `request_approval` and
-//! `check_approval` belong to the durable detached-approval registry and are answered here with
-//! a clear failure until that registry is wired (see [`DETACHED_UNAVAILABLE`]).
+//! `check_approval` belong to the durable detached-approval registry, which the shell runs
+//! ([`Plan::Detached`], planned in `crate::detached`).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -79,10 +79,6 @@ pub const UPLOAD_NEEDS_MIME: &str = "mime_type is required";
 pub const UPLOAD_NEEDS_DATA: &str = "data must not be empty";
 /// runtime-control.md §7.5, exact.
 pub const UPLOAD_TOO_LARGE: &str = "Canon media upload limit is 10MB";
-
-/// The answer to `request_approval` and `check_approval` while the durable detached-approval
-/// registry (approvals.md §9–§16) is not wired into the daemon.
-pub const DETACHED_UNAVAILABLE: &str = "Detached approvals are not available in this canon-hermes build yet; ask with request_card or request_input instead.";
 
 /// How long the shim waits for a `canon_runtime_control` call: the human-in-the-loop ceiling
 /// and a minute more (hermes-host.md §19.6).
@@ -304,6 +300,9 @@ pub enum Plan {
     NoReply,
     /// Create this interaction on Canon.
     Interact(Box<ToolInteraction>),
+    /// `request_approval` or `check_approval`: the shell runs it against the durable
+    /// detached-approval registry (`crate::detached`).
+    Detached(Box<crate::detached::DetachedCall>),
 }
 
 /// Which interaction-creating action a call is.
@@ -383,10 +382,24 @@ pub fn plan_runtime_control(call: &ToolCall, home_channel: Option<&str>, now_ms:
             InteractionAction::RequestCard,
         ),
         "request_input" => plan_input(args, &call.ctx, home_channel, now_ms),
-        _ => Err(DETACHED_UNAVAILABLE.to_owned()),
+        "request_approval" => {
+            return detached_plan(crate::detached::plan_tool_request(
+                args,
+                &call.ctx,
+                home_channel,
+            ))
+        }
+        _ => return detached_plan(crate::detached::plan_tool_check(args, &call.ctx)),
     };
     match result {
         Ok(interaction) => Plan::Interact(Box::new(interaction)),
+        Err(error) => Plan::Answer(failure(&error)),
+    }
+}
+
+fn detached_plan(planned: Result<crate::detached::DetachedCall, String>) -> Plan {
+    match planned {
+        Ok(call) => Plan::Detached(Box::new(call)),
         Err(error) => Plan::Answer(failure(&error)),
     }
 }

@@ -80,7 +80,8 @@ impl Driver {
         }
         self.stream = Some(EventStream::open(&client, StreamConfig::default()));
         let status_client = client.clone();
-        self.start_loops(client);
+        self.start_loops(client.clone());
+        self.start_approvals(client);
         self.spawn_background(async move {
             if let Err(error) = status_client.publish_runtime_status().await {
                 tracing::warn!(%error, "runtime status publish failed");
@@ -111,6 +112,7 @@ impl Driver {
     /// Stops the signal pass, any doorbell consume, the status loop and a
     /// conversation re-fetch in flight (connect, disconnect, shutdown, exit).
     pub(super) fn stop_loops(&mut self) {
+        self.stop_approvals();
         self.signal_tasks.abort_all();
         self.signal_tasks.detach_all();
         self.status_tasks.abort_all();

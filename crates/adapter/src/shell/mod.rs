@@ -24,6 +24,7 @@ use crate::canon::{client_for, deliver, failure, run_jobs, DeliveryResult, Job};
 use crate::config::{
     CHANNEL_FRAMES, EXIT_GRACE, HANDOFF_DIR, MEDIA_CONCURRENCY, PARENT_CHECK, SIGNAL_FRAMES,
 };
+use crate::detached;
 use crate::env::{now_ms, random_u128};
 use crate::inbound_media::sweep_handoff_dir;
 use crate::outbound;
@@ -33,6 +34,7 @@ use crate::tasks::{
 };
 use crate::Config;
 
+mod approval_tasks;
 mod connection;
 mod credentials;
 mod hitl_tasks;
@@ -62,6 +64,16 @@ where
     let (media_tx, mut media_rx) = mpsc::channel::<MediaDone>(64);
     let (hitl_tx, mut hitl_rx) = mpsc::channel::<HitlEvent>(64);
     let (upload_tx, mut upload_rx) = mpsc::channel::<Uploaded>(64);
+    let (approval_tx, mut approval_rx) = mpsc::channel::<detached::Report>(64);
+    let approvals = config.canon_home.as_deref().and_then(|home| {
+        match canon_approvals::store::Store::new(home) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(error) => {
+                tracing::error!(%error, "detached approvals are unavailable");
+                None
+            }
+        }
+    });
     let media_dir = config.canon_home.as_deref().map(|home| {
         let dir = home.join(HANDOFF_DIR);
         std::path::absolute(&dir).unwrap_or(dir)
@@ -106,6 +118,11 @@ where
         upload_tx,
         upload_permits: Arc::new(Semaphore::new(outbound::UPLOAD_CONCURRENCY)),
         upload_tasks: JoinSet::new(),
+        approvals,
+        approval_tx,
+        approval_tasks: JoinSet::new(),
+        recovery: detached::RecoverySet::default(),
+        wake_jobs: HashMap::new(),
     };
 
     let mut exit_reason = "stdin closed";
@@ -169,6 +186,10 @@ where
                 }
                 HitlEvent::Finished { key, outcome } => SessionInput::HitlFinished { key, outcome },
             },
+            Some(report) = approval_rx.recv() => match driver.approval_report(report) {
+                Some(input) => input,
+                None => continue,
+            },
             Some(uploaded) = upload_rx.recv() => {
                 while driver.upload_tasks.try_join_next().is_some() {}
                 SessionInput::Uploaded { request: uploaded.request, result: uploaded.result }
@@ -198,6 +219,7 @@ where
     driver.media_tasks.abort_all();
     driver.hitl_tasks.abort_all();
     driver.upload_tasks.abort_all();
+    driver.stop_approvals();
     let Driver {
         out,
         jobs,
@@ -264,6 +286,16 @@ struct Driver {
     upload_permits: Arc<Semaphore>,
     /// Outbound upload tasks (aborted at exit).
     upload_tasks: JoinSet<()>,
+    /// The detached-approval registry of the Canon home; `None` without one.
+    approvals: Option<Arc<canon_approvals::store::Store>>,
+    /// Where approvals tasks report.
+    approval_tx: mpsc::Sender<detached::Report>,
+    /// Receipt handling, the reconcile and the scan of the current connection.
+    approval_tasks: JoinSet<()>,
+    /// The approvals a recovery task runs for.
+    recovery: detached::RecoverySet,
+    /// Claimed wakes handed to the session and not yet answered by the shim.
+    wake_jobs: HashMap<String, canon_approvals::state::WakeJob>,
 }
 
 /// What the session needs to know of the daemon's configuration (never
@@ -436,6 +468,14 @@ impl Driver {
                 mime_type,
                 file_name,
             } => self.upload_api_media(request, conversation_id, path, mime_type, file_name),
+            SessionEffect::Detached { id, re, api, call } => {
+                return self.run_detached(id, re, api, *call)
+            }
+            SessionEffect::ApprovalReceipt(receipt) => self.approval_receipt(*receipt),
+            SessionEffect::ApprovalWakeAnswered {
+                approval_id,
+                delivered,
+            } => self.approval_wake_answered(&approval_id, delivered),
             SessionEffect::UploadStandalone {
                 request,
                 target,

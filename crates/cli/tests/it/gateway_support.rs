@@ -91,6 +91,16 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Gateway {
+    /// Stops the gateway process and waits for it: SIGTERM first, then SIGKILL.
+    pub(crate) fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
         // Only this child's id: SIGTERM first, then SIGKILL.
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
@@ -288,7 +298,6 @@ pub(crate) fn start_gateway_prepared(
     options: &GatewayOptions,
     prepare: impl FnOnce(&Path),
 ) -> Gateway {
-    let hermes = hermes_bin();
     let home = tempfile::tempdir().expect("scratch dir");
     let hermes_home = home.path().join("hermes");
     write(
@@ -297,6 +306,14 @@ pub(crate) fn start_gateway_prepared(
     );
     install_shim(&hermes_home);
     prepare(&hermes_home);
+    spawn_gateway(sim, home, options)
+}
+
+/// Runs `hermes gateway run` in the scratch dir `home` (its `hermes/` profile already written)
+/// with the scenario's environment; returns once the gateway is ready.
+fn spawn_gateway(sim: &SimHandle, home: tempfile::TempDir, options: &GatewayOptions) -> Gateway {
+    let hermes = hermes_bin();
+    let hermes_home = home.path().join("hermes");
     let out = fs::File::create(home.path().join("gateway.out")).expect("log file");
     let child = Command::new(hermes)
         .args(["gateway", "run", "-v"])
@@ -321,6 +338,32 @@ pub(crate) fn start_gateway_prepared(
     let mut gateway = Gateway { child, home };
     gateway.wait_ready();
     gateway
+}
+
+/// Stops `gateway` (SIGTERM, as an operator would) and starts a new one on the same profile and
+/// Canon home, with its model at `model` (config.yaml rewritten); returns once it is ready.
+pub(crate) fn restart_gateway(
+    mut gateway: Gateway,
+    sim: &SimHandle,
+    old_model: &ModelServer,
+    model: &ModelServer,
+    options: &GatewayOptions,
+) -> Gateway {
+    gateway.stop();
+    let home = std::mem::replace(&mut gateway.home, tempfile::tempdir().expect("scratch dir"));
+    drop(gateway);
+    let config = home.path().join("hermes/config.yaml");
+    let text = fs::read_to_string(&config).expect("config.yaml");
+    write(
+        &config,
+        &text.replace(&old_model.base_url(), &model.base_url()),
+    );
+    // The first run's log stays beside the new one.
+    let _ = fs::rename(
+        home.path().join("gateway.out"),
+        home.path().join("gateway.out.1"),
+    );
+    spawn_gateway(sim, home, options)
 }
 
 /// Runs the venv's `hermes` CLI with `args` against `hermes_home` (offline, like the gateway);

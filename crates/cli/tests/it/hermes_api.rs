@@ -61,16 +61,19 @@ def register(ctx):
                       description=SCHEMA["description"])
 "#;
 
-/// Writes the probe plugin into the profile and enables it beside the shim.
-fn add_probe_plugin(hermes_home: &Path) {
-    let plugin = hermes_home.join("plugins/canon-card-probe");
+/// Writes a domain plugin `name` with `source` as its `__init__.py` into the profile and
+/// enables it beside the shim.
+pub(super) fn add_domain_plugin(hermes_home: &Path, name: &str, source: &str) {
+    let plugin = hermes_home.join("plugins").join(name);
     std::fs::create_dir_all(&plugin).expect("plugin dir");
     std::fs::write(
         plugin.join("plugin.yaml"),
-        "name: canon-card-probe\nversion: 0.0.1\ndescription: test domain plugin\nkind: standalone\n",
+        format!(
+            "name: {name}\nversion: 0.0.1\ndescription: test domain plugin\nkind: standalone\n"
+        ),
     )
     .expect("plugin.yaml");
-    std::fs::write(plugin.join("__init__.py"), CARD_PROBE_PLUGIN).expect("__init__.py");
+    std::fs::write(plugin.join("__init__.py"), source).expect("__init__.py");
     let config = hermes_home.join("config.yaml");
     let text = std::fs::read_to_string(&config).expect("config.yaml");
     assert!(text.contains("enabled: [canon-hermes]"), "{text}");
@@ -78,10 +81,14 @@ fn add_probe_plugin(hermes_home: &Path) {
         &config,
         text.replace(
             "enabled: [canon-hermes]",
-            "enabled: [canon-hermes, canon-card-probe]",
+            &format!("enabled: [canon-hermes, {name}]"),
         ),
     )
     .expect("config.yaml");
+}
+
+fn add_probe_plugin(hermes_home: &Path) {
+    add_domain_plugin(hermes_home, "canon-card-probe", CARD_PROBE_PLUGIN);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,6 +6,7 @@ mod dev;
 mod doctor;
 mod gateway_support;
 mod hermes_api;
+mod hermes_approvals;
 mod hermes_bursts;
 mod hermes_busy;
 mod hermes_delivery;

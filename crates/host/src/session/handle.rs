@@ -160,6 +160,21 @@ pub enum SessionInput {
         /// failed.
         result: Result<(AgentMe, Vec<Conversation>), ConnectFailure>,
     },
+    /// A [`SessionEffect::Detached`] call finished: its result, or the
+    /// error to raise.
+    DetachedDone {
+        /// The shim request.
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// An `api.call` (else a `tool.call`).
+        api: bool,
+        /// The result.
+        result: Result<Value, String>,
+    },
+    /// The registry claimed the wake of a decided approval: hand it to
+    /// Hermes (approvals.md §13).
+    ApprovalWake(Box<crate::detached::ApprovalWake>),
     /// The turn machine's deadline ([`Session::next_deadline`]) passed.
     Timeout,
 }
@@ -355,6 +370,13 @@ impl Session {
                 self.credentials_resolved(*call, facts)
             }
             SessionInput::ConnectDone { call, result } => self.connect_done(call, result),
+            SessionInput::DetachedDone {
+                id,
+                re,
+                api,
+                result,
+            } => vec![super::detached::detached_answer(&id, re, api, result)],
+            SessionInput::ApprovalWake(wake) => self.approval_wake(*wake),
             SessionInput::Timeout => self.feed(Input::Timeout, now_ms),
         }
     }
@@ -401,21 +423,28 @@ impl Session {
                 }
             },
             Frame::Response { id, re, result } => {
-                // Daemon requests are fire-and-log: `inbound.message` and
-                // `control.signal` need nothing from the answer.
+                // Daemon requests are fire-and-log (`inbound.message` and
+                // `control.signal` need nothing from the answer), except a
+                // detached-approval wake, whose lease ends with the answer.
                 let re = re.as_deref().unwrap_or("");
-                match result {
-                    Ok(_) => tracing::debug!(id, re, ok = true, "shim answered"),
-                    Err(error) => tracing::debug!(
-                        id,
-                        re,
-                        ok = false,
-                        code = ?error.code,
-                        retryable = error.retryable,
-                        "shim answered"
-                    ),
-                }
-                Vec::new()
+                let accepted = match &result {
+                    Ok(body) => {
+                        tracing::debug!(id, re, ok = true, "shim answered");
+                        body.get("accepted").and_then(Value::as_bool) == Some(true)
+                    }
+                    Err(error) => {
+                        tracing::debug!(
+                            id,
+                            re,
+                            ok = false,
+                            code = ?error.code,
+                            retryable = error.retryable,
+                            "shim answered"
+                        );
+                        false
+                    }
+                };
+                self.wake_answered(&id, accepted)
             }
         }
     }
@@ -717,14 +746,16 @@ impl Session {
     fn stop_connection(&mut self) -> Vec<SessionEffect> {
         self.connected = false;
         self.stop_refetch();
-        vec![
+        let mut effects = vec![
             SessionEffect::StopConnection,
             SessionEffect::CancelHitl({
                 let mut keys = self.hitl.cancel_session(None);
                 keys.extend(self.cancel_tool_waits(None));
                 keys
             }),
-        ]
+        ];
+        effects.extend(self.drop_wakes());
+        effects
     }
 
     /// One stream event.
@@ -747,6 +778,7 @@ impl Session {
     fn inbound(&mut self, step: InboundStep) -> Vec<SessionEffect> {
         match step {
             InboundStep::Nothing => Vec::new(),
+            InboundStep::ApprovalReceipt(receipt) => vec![SessionEffect::ApprovalReceipt(receipt)],
             InboundStep::Send(message) => vec![SessionEffect::Frame(
                 self.request_line(DaemonRequest::InboundMessage(*message)),
             )],

@@ -321,6 +321,16 @@ fn describe(effect: &SessionEffect) -> String {
         SessionEffect::Connect(call) => {
             format!("connect {} busy_handler={}", call.id, call.busy_handler)
         }
+        SessionEffect::Detached { id, re, api, call } => {
+            format!("detached {id} {re} api={api} {call:?}")
+        }
+        SessionEffect::ApprovalReceipt(receipt) => {
+            format!("approval receipt {}", receipt.approval_id)
+        }
+        SessionEffect::ApprovalWakeAnswered {
+            approval_id,
+            delivered,
+        } => format!("approval wake answered {approval_id} delivered={delivered}"),
         SessionEffect::OpenConnection => "open connection".to_owned(),
         SessionEffect::StopConnection => "stop connection".to_owned(),
         SessionEffect::CloseStream => "close stream".to_owned(),

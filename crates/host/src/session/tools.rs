@@ -127,6 +127,7 @@ impl Session {
                 return self.feed(Input::NoReply(requests::no_reply(&call, request)), now_ms);
             }
             Plan::Interact(interaction) => interaction,
+            Plan::Detached(planned) => return self.detached_call(id, re, false, Ok(*planned)),
         };
         let session_key = call.ctx.session_key.clone();
         self.open_tool_wait(id, re, ReplyAs::Tool, session_key, interaction)
@@ -151,6 +152,14 @@ impl Session {
                 return vec![api_result_frame(&id, re, Ok(value))];
             }
             "upload_media_for_current_conversation" => return self.api_upload(id, re, &call),
+            "request_detached_approval_for_current_human" => {
+                let planned = crate::detached::plan_helper_request(args, &call.ctx);
+                return self.detached_call(id, re, true, planned);
+            }
+            "check_detached_approval" => {
+                let planned = crate::detached::plan_helper_check(args, &call.ctx);
+                return self.detached_call(id, re, true, planned);
+            }
             "request_card_for_current_human" => tools::CardHelper::RequestForCurrentHuman,
             "send_card_to_current_conversation" => tools::CardHelper::SendToCurrentConversation,
             other => {

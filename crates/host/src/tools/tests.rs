@@ -384,19 +384,29 @@ fn inputs_need_an_id_and_secret_kinds_go_to_the_owner() {
 }
 
 #[test]
-fn no_reply_is_the_turn_machines_and_detached_approvals_say_they_are_not_here() {
+fn no_reply_is_the_turn_machines_and_approvals_go_to_the_detached_registry() {
     assert_eq!(
         plan_runtime_control(&call(json!({"action": "no_reply"}), canon_ctx()), None, 0),
         Plan::NoReply
     );
-    for action in ["request_approval", "check_approval"] {
-        let got = answer(plan_runtime_control(
-            &call(json!({"action": action}), canon_ctx()),
-            None,
-            0,
-        ));
-        assert_eq!(got["error"], DETACHED_UNAVAILABLE);
-    }
+    let request = plan_runtime_control(
+        &call(
+            json!({"action": "request_approval", "question": "Pay?"}),
+            canon_ctx(),
+        ),
+        None,
+        0,
+    );
+    assert!(
+        matches!(&request, Plan::Detached(call) if matches!(**call, crate::detached::DetachedCall::Request(_))),
+        "{request:?}"
+    );
+    let check = answer(plan_runtime_control(
+        &call(json!({"action": "check_approval"}), canon_ctx()),
+        None,
+        0,
+    ));
+    assert_eq!(check["error"], crate::detached::TOOL_ID_REQUIRED);
 }
 
 #[test]

@@ -7,9 +7,10 @@ runs unchanged: `from canon_hermes_plugin import current_canon_inbound_media, Ca
 function is bound to the current turn: it reads the trusted turn context in the calling task
 (runtime-control.md §1; never arguments) and asks the daemon: `current_canon_turn`,
 `current_canon_inbound_media`, the card helpers `request_card_for_current_human` and
-`send_card_to_current_conversation`, `upload_media_for_current_conversation`, and `validate_card` with `RUNTIME_CARD_LIMITS` (answered by
-the daemon's validator and limits, so Python and Rust never disagree). The detached-approval
-helpers of runtime-control.md §7.7–§7.8 join `__all__` here with the durable registry.
+`send_card_to_current_conversation`, `upload_media_for_current_conversation`, the detached-approval
+helpers `request_detached_approval_for_current_human` and `check_detached_approval` (the daemon
+keeps the durable registry), and `validate_card` with `RUNTIME_CARD_LIMITS` (answered by the
+daemon's validator and limits, so Python and Rust never disagree).
 Standard library only; Hermes is read only through `turn_ctx`.
 """
 
@@ -37,7 +38,8 @@ log = logging.getLogger("canon_hermes")
 
 __all__ = ["CanonTurnContext", "CanonInboundMedia", "current_canon_turn", "current_canon_inbound_media",
            "request_card_for_current_human", "send_card_to_current_conversation",
-           "upload_media_for_current_conversation", "validate_card", "RUNTIME_CARD_LIMITS"]
+           "upload_media_for_current_conversation", "request_detached_approval_for_current_human",
+           "check_detached_approval", "validate_card", "RUNTIME_CARD_LIMITS"]
 
 # The 15 limits of cards.md §10.1 in export order, as `install` wrote them from the validator's
 # own table.
@@ -47,6 +49,10 @@ UPLOAD_LIMIT = 10 * 1024 * 1024  # bytes (runtime-control.md §7.5)
 # runtime-control.md §7.5, exact.
 DATA_NOT_BYTES, DATA_EMPTY, UPLOAD_TOO_LARGE = ("data must be bytes", "data must not be empty",
                                                 "Canon media upload limit is 10MB")
+# approvals.md §11, exact: the daemon refuses a token of another conversation with this text,
+# raised here as the PermissionError the Python plugin raises.
+WRONG_CONVERSATION = "Detached approval belongs to a different Canon conversation"
+APPROVAL_ID_REQUIRED = "approval_id is required"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +228,35 @@ async def upload_media_for_current_conversation(data, mime_type, *, file_name=No
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+async def request_detached_approval_for_current_human(*, title=None, question=None, options=None,
+                                                     context=None, timeout_seconds=None):
+    """Asks the human who triggered this turn to allow or deny, durably (runtime-control.md §7.7,
+    approvals.md §9), and returns at once: `{"status": "pending", "approvalId", "conversationId",
+    "expiresAt", "responseUserId", "note"}`. The decision arrives later as a turn of its own, or
+    through `check_detached_approval`. The default and longest wait is 72 hours."""
+    _turn(_context(), require_human=True)
+    return await _api_call("request_detached_approval_for_current_human",
+                           {"title": title, "question": question, "options": options,
+                            "context": context, "timeout_seconds": timeout_seconds})
+
+
+async def check_detached_approval(approval_id):
+    """The state of a detached approval of this conversation (approvals.md §11): `resolved` (with
+    `decision` `allow` or `deny` and `respondedBy`), `pending`, `expired` or `unknown` — never a
+    denial, re-ask if it still matters. An approval of another conversation raises
+    PermissionError before Canon is asked."""
+    approval_id = approval_id.strip() if isinstance(approval_id, str) else ""
+    if not approval_id:
+        raise ValueError(APPROVAL_ID_REQUIRED)
+    _turn(_context())
+    try:
+        return await _api_call("check_detached_approval", {"approval_id": approval_id})
+    except RuntimeError as exc:
+        if str(exc) == WRONG_CONVERSATION:
+            raise PermissionError(WRONG_CONVERSATION) from None
+        raise
 
 
 def install_module():

@@ -1,0 +1,152 @@
+//! Detached approvals in the session (approvals.md §9–§13): a tool or domain-plugin call becomes
+//! a [`SessionEffect::Detached`] the shell runs against the registry and Canon, and its result
+//! answers the call; an `approval_reply` receipt goes to the shell; a decided approval's wake
+//! becomes an `inbound.message` whose answer from the shim (Hermes accepted the event, or did
+//! not) is handed back so that the shell can finish the wake's lease.
+
+use std::collections::HashMap;
+
+use canon_dispatch::protocol::DeliveryIntent;
+use serde_json::Value;
+
+use super::tools::{api_result_frame, tool_result_frame};
+use super::{Session, SessionEffect};
+use crate::conversations::conversation_type_of;
+use crate::detached::{self, ApprovalWake, DetachedCall};
+use crate::inbound::PendingEvent;
+use crate::protocol::{DaemonRequest, EventSource, InboundEvent, InboundMessage, InboundMetadata};
+use crate::tools;
+use canon_wire::secret::Opaque;
+
+/// Wakes handed to the shim and not yet answered, by daemon request id; bounded by the
+/// registry's own leases (a wake lease lasts 60 s), so a small cap suffices.
+pub(super) const MAX_WAKES_IN_FLIGHT: usize = 256;
+
+/// The answer of a detached-approval call: the tool's result envelope, or the helper's value
+/// or error.
+pub fn detached_answer(
+    id: &str,
+    re: &str,
+    api: bool,
+    result: Result<Value, String>,
+) -> SessionEffect {
+    if api {
+        return api_result_frame(id, re, result);
+    }
+    let envelope = match result {
+        Ok(Value::Object(fields)) => tools::success(fields),
+        Ok(other) => tools::success(std::iter::once(("value".to_owned(), other)).collect()),
+        Err(error) => tools::failure(&error),
+    };
+    tool_result_frame(id, re, envelope)
+}
+
+/// The wakes the shim has not answered yet.
+#[derive(Debug, Clone, Default)]
+pub(super) struct WakesInFlight {
+    by_request: HashMap<String, String>,
+}
+
+impl WakesInFlight {
+    /// The approval whose wake the shim answered with `request_id`, forgotten.
+    pub(super) fn answered(&mut self, request_id: &str) -> Option<String> {
+        self.by_request.remove(request_id)
+    }
+}
+
+impl Session {
+    /// A detached-approval call of the tool (`api: false`) or of a domain-plugin helper.
+    pub(super) fn detached_call(
+        &mut self,
+        id: String,
+        re: &'static str,
+        api: bool,
+        planned: Result<DetachedCall, String>,
+    ) -> Vec<SessionEffect> {
+        match planned {
+            Ok(call) => vec![SessionEffect::Detached {
+                id,
+                re,
+                api,
+                call: Box::new(call),
+            }],
+            Err(error) => vec![detached_answer(&id, re, api, Err(error))],
+        }
+    }
+
+    /// A decided approval's wake (approvals.md §13 step 4): an ordinary Canon text event of the
+    /// registry's conversation, whose user is the responder (follow-up requests of that turn
+    /// route to them) and whose message id names the approval. Queued behind a running turn of
+    /// that conversation, never steering it. Without a connected adapter (or with too many wakes
+    /// unanswered) it is not delivered, and the shell puts the wake back.
+    pub(super) fn approval_wake(&mut self, wake: ApprovalWake) -> Vec<SessionEffect> {
+        if !self.connected || self.wakes.by_request.len() >= MAX_WAKES_IN_FLIGHT {
+            return vec![SessionEffect::ApprovalWakeAnswered {
+                approval_id: wake.approval_id,
+                delivered: false,
+            }];
+        }
+        let message_id = detached::wake_message_id(&wake.approval_id);
+        let (chat_name, chat_type) = self.conversations.chat_facts(&wake.conversation_id);
+        let event_ref = self.events.remember(PendingEvent {
+            message_id: Some(message_id.clone()),
+            reply_authority: None,
+            conversation_type: conversation_type_of(Some(chat_type)),
+            disposition_queued: false,
+        });
+        let message = InboundMessage {
+            event_ref,
+            event: InboundEvent {
+                text: wake.text,
+                message_type: "text".into(),
+                source: EventSource {
+                    chat_id: wake.conversation_id,
+                    chat_name: Some(chat_name),
+                    chat_type: chat_type.to_owned(),
+                    user_id: Some(wake.user_id),
+                    user_name: Some(wake.user_name),
+                    message_id: Some(message_id.clone()),
+                    thread_id: None,
+                },
+                message_id: Some(message_id),
+                reply_to_message_id: None,
+                media: Vec::new(),
+                channel_prompt: None,
+                channel_context: None,
+                metadata: InboundMetadata {
+                    delivery_intent: Some(DeliveryIntent::Queue.as_str().to_owned()),
+                },
+                raw: Opaque(wake.raw),
+                internal: false,
+            },
+        };
+        let line = self.request_line(DaemonRequest::InboundMessage(message));
+        let request_id = format!("d:{}", self.next_daemon_id);
+        self.wakes.by_request.insert(request_id, wake.approval_id);
+        vec![SessionEffect::Frame(line)]
+    }
+
+    /// The shim answered a daemon request: when it was a wake, whether Hermes accepted it.
+    pub(super) fn wake_answered(&mut self, request_id: &str, accepted: bool) -> Vec<SessionEffect> {
+        match self.wakes.answered(request_id) {
+            Some(approval_id) => vec![SessionEffect::ApprovalWakeAnswered {
+                approval_id,
+                delivered: accepted,
+            }],
+            None => Vec::new(),
+        }
+    }
+
+    /// The connection is gone: the shim will not answer the wakes in flight, so the shell puts
+    /// them back now rather than after their leases.
+    pub(super) fn drop_wakes(&mut self) -> Vec<SessionEffect> {
+        self.wakes
+            .by_request
+            .drain()
+            .map(|(_, approval_id)| SessionEffect::ApprovalWakeAnswered {
+                approval_id,
+                delivered: false,
+            })
+            .collect()
+    }
+}
