@@ -211,6 +211,14 @@ pub struct Config {
     /// Poll interval of blocking clarifies and approvals ([`HITL_POLL`] in
     /// production; tests shorten it), kept between 50 ms and one hour.
     pub hitl_poll: Duration,
+    /// Fault injection for the crash tests (`CANON_HERMES_CRASH_POINT`, never set in
+    /// production): the daemon kills itself with SIGKILL the first time it reaches this named
+    /// step of a detached approval (`crate::faults`).
+    pub crash_point: Option<String>,
+    /// Fault injection for the crash tests (`CANON_HERMES_CLOCK_OFFSET_MS`, never set in
+    /// production): added to every clock read, so a successor daemon starts "later" and the
+    /// leases its killed predecessor held have run out.
+    pub clock_offset_ms: u64,
 }
 
 impl std::fmt::Debug for Config {
@@ -240,6 +248,8 @@ impl std::fmt::Debug for Config {
             .field("clarify_timeout", &self.clarify_timeout)
             .field("approval_timeout", &self.approval_timeout)
             .field("hitl_poll", &self.hitl_poll)
+            .field("crash_point", &self.crash_point)
+            .field("clock_offset_ms", &self.clock_offset_ms)
             .finish_non_exhaustive()
     }
 }

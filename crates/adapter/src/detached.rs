@@ -133,6 +133,7 @@ pub(crate) async fn request(
     .map_err(|e| e.to_string())?;
     // Nothing goes to Canon before the reservation is on disk (approvals.md §9.2).
     let reservation = registry(&store, move |s| s.create_begin(&new, now)).await?;
+    crate::faults::crash_point("create.reserved");
     let claim = reservation.create_claim.clone();
     let mut body = ApprovalRequest {
         conversation_id: call.conversation_id.clone(),
@@ -193,6 +194,7 @@ pub(crate) async fn request(
             }
         }
     };
+    crate::faults::crash_point("create.sent");
     let echoed_expiry = created
         .raw
         .get("expiresAt")
@@ -279,6 +281,7 @@ async fn consume(
         ConsumeClaim::WrongConversation => return Err(WRONG_CONVERSATION.to_owned()),
         ConsumeClaim::Claimed(lease) => lease,
     };
+    crate::faults::crash_point("consume.claimed");
     let request = ConsumeInteraction {
         kind: InteractionKind::Approval,
         conversation_id: lease.conversation_id.clone(),
@@ -293,6 +296,7 @@ async fn consume(
         Err(error) if matches!(error.status(), Some(404 | 409)) => (ServerOutcome::Gone, None),
         Err(error) => (ServerOutcome::Failed, Some(error.to_string())),
     };
+    crate::faults::crash_point("consume.answered");
     let finish = registry(store, move |s| {
         s.consume_finish(&lease, &outcome, wake_required, now_ms())
     })
@@ -322,6 +326,7 @@ async fn deliver_wake(
             return;
         }
     };
+    crate::faults::crash_point("wake.claimed");
     let report = Report::Wake {
         job,
         receipt: receipt.cloned().map(Box::new),

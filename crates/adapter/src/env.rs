@@ -7,12 +7,21 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the Unix epoch (0 before it).
+/// The crash tests' clock offset (`Config::clock_offset_ms`); 0 in production.
+static CLOCK_OFFSET_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the offset every later [`now_ms`] adds (once, at start).
+pub(crate) fn set_clock_offset_ms(offset: u64) {
+    CLOCK_OFFSET_MS.store(offset, Ordering::Relaxed);
+}
+
+/// Milliseconds since the Unix epoch (0 before it), plus the test offset.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+        .saturating_add(CLOCK_OFFSET_MS.load(Ordering::Relaxed))
 }
 
 /// Fresh randomness for turn ids and epochs, from the standard library's

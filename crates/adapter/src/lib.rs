@@ -39,6 +39,7 @@ mod canon;
 pub mod config;
 mod detached;
 mod env;
+mod faults;
 mod inbound_media;
 mod outbound;
 mod shell;

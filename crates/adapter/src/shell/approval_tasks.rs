@@ -121,6 +121,9 @@ impl Driver {
         else {
             return;
         };
+        if delivered {
+            crate::faults::crash_point("wake.handed");
+        }
         self.spawn_background(async move {
             detached::finish_wake(&store, job, delivered).await;
         });

@@ -51,6 +51,8 @@ where
     R: AsyncBufRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    crate::env::set_clock_offset_ms(config.clock_offset_ms);
+    crate::faults::arm(config.crash_point.as_deref(), config.canon_home.as_deref());
     let (line_tx, mut line_rx) = mpsc::channel::<Line>(CHANNEL_FRAMES);
     let reader = tokio::spawn(read_lines(input, line_tx));
     let (out_tx, out_rx) = mpsc::channel::<String>(CHANNEL_FRAMES);

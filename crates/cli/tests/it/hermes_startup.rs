@@ -329,3 +329,19 @@ fn shim_refuses_a_multiplexing_gateway() {
          process per Canon profile."
     );
 }
+
+#[test]
+fn the_shim_hands_hermes_one_wake_per_approval_across_daemon_respawns() {
+    // A daemon killed after Hermes accepted a wake and before it recorded that hands the same
+    // wake again (approvals.md §13 step 5; `serve_approvals.rs` drives that crash): the shim,
+    // which outlives the daemon, drops the repeat by its message id. Other messages pass.
+    let code = "from shim import _adapter as a\n\
+         wake = {'message_id': 'canon-detached-approval:hermes-0123456789abcdef0123'}\n\
+         other = {'message_id': 'm-1'}\n\
+         print([a._repeated_wake(wake), a._repeated_wake(wake), a._repeated_wake(other),\n\
+         \x20      a._repeated_wake(other), a._repeated_wake({}), a._repeated_wake(None)])\n";
+    assert_eq!(
+        run_shim_python(code).trim(),
+        "[False, True, False, False, False, False]"
+    );
+}

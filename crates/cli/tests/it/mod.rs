@@ -18,6 +18,7 @@ mod hermes_tools;
 mod hermes_turns;
 mod install;
 mod send;
+mod serve_approvals;
 mod serve_config;
 mod serve_connect;
 mod serve_handshake;

@@ -302,6 +302,28 @@ impl Shim {
         connected(sim, &connect).await;
     }
 
+    /// Every frame not taken yet once the daemon's stdout closed (it exited or was killed):
+    /// the backlog, then the rest of stdout.
+    // Only the crash tests read a dead daemon's last frames.
+    #[allow(dead_code)]
+    pub(crate) async fn remaining_frames(&mut self) -> Vec<Value> {
+        let mut frames: Vec<Value> = self.backlog.drain(..).map(|(f, _)| f).collect();
+        while let Ok(Some((line, _))) = tokio::time::timeout(WAIT, self.lines.recv()).await {
+            frames.push(serde_json::from_str(&line).expect("stdout carries JSON frames only"));
+        }
+        frames
+    }
+
+    /// Closes stdin, waits for the daemon to exit, and returns every frame not taken yet.
+    // Only the crash tests count a daemon's last frames.
+    #[allow(dead_code)]
+    pub(crate) async fn close_and_drain(&mut self) -> Vec<Value> {
+        drop(self.stdin.take());
+        let frames = self.remaining_frames().await;
+        let _ = tokio::time::timeout(WAIT, self.child.wait()).await;
+        frames
+    }
+
     /// Closes stdin and returns the exit code.
     pub(crate) async fn close(mut self) -> Option<i32> {
         drop(self.stdin.take());

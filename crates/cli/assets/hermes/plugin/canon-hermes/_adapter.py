@@ -12,6 +12,7 @@ This module imports Hermes when it loads: the package imports it only from
 """
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -92,6 +93,26 @@ def _done(kind, then):
         else:
             then(fut.result())
     return callback
+
+
+# A detached-approval wake is handed over again when a daemon died between Hermes accepting it
+# and recording that (approvals.md §13 step 5); its message id names the approval
+# (canon_host::detached::wake_message_id), so a repeat is dropped here, where it outlives the
+# daemon, and Hermes runs one wake turn.
+WAKE_ID_PREFIX = "canon-detached-approval:"
+WAKES_SEEN, WAKES_SEEN_CAP = collections.OrderedDict(), 1024
+
+
+def _repeated_wake(event):
+    message_id = (event or {}).get("message_id") or ""
+    if not message_id.startswith(WAKE_ID_PREFIX):
+        return False
+    if message_id in WAKES_SEEN:
+        return True
+    WAKES_SEEN[message_id] = True
+    while len(WAKES_SEEN) > WAKES_SEEN_CAP:
+        WAKES_SEEN.popitem(last=False)
+    return False
 
 
 class CanonAdapter(BusySeam, BasePlatformAdapter):
@@ -361,6 +382,8 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     async def _handle(self, kind, body):
         if kind == "inbound.message":
+            if _repeated_wake(body.get("event")):
+                return {"accepted": True}
             media = await asyncio.to_thread(_cache_media, body["event"].get("media") or [])
             await self.handle_message(self._event(body["event"], body["event_ref"], *media))
             return {"accepted": True}

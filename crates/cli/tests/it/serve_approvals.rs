@@ -1,0 +1,290 @@
+//! Detached approvals through the real `canon-hermes serve --stdio` against canon-sim, with real
+//! `kill -9`s: the daemon kills itself with SIGKILL at each named step of creating, consuming
+//! and waking an approval (`CANON_HERMES_CRASH_POINT`, canon-adapter's `faults.rs`), and a
+//! successor on the same Canon home, started "later" (`CANON_HERMES_CLOCK_OFFSET_MS`, past every
+//! lease the dead one held), recovers it (approvals.md §14.1). Whatever the step: the registry
+//! file always loads through the registry's own validator, an approval Canon created and a human
+//! answered is decided and woken exactly once (the one step between Hermes accepting a wake and
+//! the lease's end repeats the wake under the same message id, which the shim drops), and none
+//! is consumed twice. Two live daemons on one Canon home share the work through their leases.
+//! Counts come from the simulator's journal and the daemons' frames.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+
+use canon_sim::interactions::Response;
+use canon_sim::{SimHandle, DEFAULT_CONVERSATION, DEFAULT_OWNER};
+use serde_json::{json, Value};
+
+use super::shim_support::{ctx_with_owner, Shim, WAIT};
+
+/// A simulator on the system clock: the daemon computes approval deadlines from the real
+/// clock, as Canon expects.
+async fn sim() -> SimHandle {
+    let mut config = canon_sim::config::SimConfig::for_tests();
+    config.frozen_clock_ms = None;
+    canon_sim::Sim::start(config)
+        .await
+        .expect("the simulator starts")
+}
+
+/// The crash points, in the order an approval passes them.
+const POINTS: [&str; 6] = [
+    "create.reserved",
+    "create.sent",
+    "consume.claimed",
+    "consume.answered",
+    "wake.claimed",
+    "wake.handed",
+];
+
+/// Past the longest lease (the 300 s create lease, approvals.md §9.2).
+const LATER_MS: &str = "400000";
+
+fn spawn(sim: &SimHandle, home: &Path, env: &[(&str, &str)]) -> Shim {
+    let home = home.to_str().expect("a UTF-8 temp dir");
+    let mut all = vec![("CANON_HOME", home)];
+    all.extend_from_slice(env);
+    Shim::spawn_with(sim, &all)
+}
+
+/// The registry as its own validator loads it (a damaged file fails closed with an error).
+fn registry(home: &Path) -> canon_approvals::state::Registry {
+    canon_approvals::store::Store::new(home)
+        .expect("a store")
+        .snapshot()
+        .unwrap_or_else(|e| panic!("the registry loads: {e}"))
+}
+
+fn status_of(home: &Path, id: &str) -> (String, Option<String>) {
+    let registry = registry(home);
+    let entry = registry
+        .get(id)
+        .unwrap_or_else(|| panic!("{id} is in the registry"));
+    (
+        entry.status().as_str().to_owned(),
+        entry.wake_status().map(|w| w.as_str().to_owned()),
+    )
+}
+
+fn consumes(sim: &SimHandle) -> usize {
+    sim.journal(0, Some("/runtime-interaction/consume"))
+        .into_iter()
+        .filter(|e| e.method == "POST")
+        .count()
+}
+
+fn creates(sim: &SimHandle) -> usize {
+    sim.journal(0, Some("/runtime-interaction/request"))
+        .into_iter()
+        .filter(|e| e.method == "POST" && e.status == 200)
+        .count()
+}
+
+/// The wake frames among `frames`: `inbound.message`s whose message id names an approval.
+fn wakes(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "inbound.message")
+        .filter_map(|f| f["body"]["event"]["message_id"].as_str())
+        .filter(|id| id.starts_with("canon-detached-approval:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn request_approval(shim: &mut Shim) -> String {
+    shim.send(
+        "tool.call",
+        json!({"name": "canon_runtime_control",
+               "args": {"action": "request_approval", "title": "Pay", "question": "Pay 8,200 ILS?",
+                        "timeoutSeconds": 3600},
+               "ctx": ctx_with_owner()}),
+    )
+    .await
+}
+
+fn approval_id(reply: &Value) -> String {
+    let result: Value = serde_json::from_str(
+        reply["body"]["result"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a tool result: {reply}")),
+    )
+    .expect("JSON");
+    assert_eq!(result["status"], "pending", "{result}");
+    result["approvalId"].as_str().expect("an id").to_owned()
+}
+
+fn answer(sim: &SimHandle, id: &str, decision: &str) {
+    sim.respond_interaction(&Response {
+        conversation_id: DEFAULT_CONVERSATION.into(),
+        kind: "approval".into(),
+        id: id.to_owned(),
+        decision: Some(decision.into()),
+        ..Default::default()
+    })
+    .expect("answered");
+}
+
+/// Waits until the daemon died of SIGKILL.
+async fn killed(shim: &mut Shim, point: &str) {
+    let status = tokio::time::timeout(WAIT * 3, shim.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the daemon reaches {point}"))
+        .expect("wait works");
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "{point}: killed by SIGKILL, not {status}"
+    );
+}
+
+/// Answers every wake the successor hands over until the registry shows `want`; returns the
+/// wake frames it sent.
+async fn settle(shim: &mut Shim, home: &Path, id: &str, want: (&str, Option<&str>)) -> Vec<String> {
+    let deadline = std::time::Instant::now() + WAIT * 3;
+    let mut seen = Vec::new();
+    loop {
+        let (status, wake) = status_of(home, id);
+        if status == want.0 && wake.as_deref() == want.1 {
+            return seen;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{id} stays {status}/{wake:?}, wanted {want:?}"
+        );
+        if want.1 == Some("delivered") && wake.as_deref() != Some("delivered") {
+            let inbound = tokio::time::timeout(
+                std::time::Duration::from_millis(200),
+                shim.expect("inbound.message"),
+            )
+            .await;
+            if let Ok(inbound) = inbound {
+                seen.extend(wakes(std::slice::from_ref(&inbound)));
+                shim.answer(&inbound, json!({"accepted": true})).await;
+            }
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_at_every_approval_step_loses_and_doubles_nothing() {
+    for point in POINTS {
+        let sim = sim().await;
+        let scratch = tempfile::tempdir().expect("scratch");
+        let home = scratch.path().join("canon");
+        let mut first = spawn(&sim, &home, &[("CANON_HERMES_CRASH_POINT", point)]);
+        first.connect(&sim).await;
+        let call = request_approval(&mut first).await;
+        let mut id = None;
+        let mut handed = Vec::new();
+        if point.starts_with("create.") {
+            killed(&mut first, point).await;
+        } else {
+            let reply = first.reply(&call).await.0;
+            id = Some(approval_id(&reply));
+            answer(&sim, id.as_deref().expect("an id"), "allow");
+            if point == "wake.handed" {
+                let inbound = first.expect("inbound.message").await;
+                first.answer(&inbound, json!({"accepted": true})).await;
+                handed.extend(wakes(std::slice::from_ref(&inbound)));
+            }
+            killed(&mut first, point).await;
+        }
+        let mut first_wakes = std::mem::take(&mut handed);
+        first_wakes.extend(wakes(&first.remaining_frames().await));
+        // Every file the dead daemon left loads.
+        let _ = registry(&home);
+        let id = id.unwrap_or_else(|| {
+            registry(&home)
+                .entries()
+                .next()
+                .unwrap_or_else(|| panic!("{point}: the reservation is on disk"))
+                .approval_id()
+                .to_owned()
+        });
+        if point == "create.sent" {
+            // Canon holds the approval the dead daemon never activated; the owner answers it.
+            answer(&sim, &id, "allow");
+        }
+        // A successor on the same home, later: it recovers what the dead one left.
+        let mut second = spawn(&sim, &home, &[("CANON_HERMES_CLOCK_OFFSET_MS", LATER_MS)]);
+        second.connect(&sim).await;
+        let second_wakes = if point == "create.reserved" {
+            // Canon never saw it: the consume finds nothing and the entry is closed.
+            settle(&mut second, &home, &id, ("orphaned", None)).await
+        } else {
+            settle(&mut second, &home, &id, ("resolved", Some("delivered"))).await
+        };
+        let rest = second.close_and_drain().await;
+        let mut all_wakes = std::mem::take(&mut first_wakes);
+        all_wakes.extend(second_wakes);
+        all_wakes.extend(wakes(&rest));
+        let registry = registry(&home);
+        let entry = registry.get(&id).expect("present");
+        if point == "create.reserved" {
+            assert_eq!(creates(&sim), 0, "{point}");
+            assert!(all_wakes.is_empty(), "{point}: {all_wakes:?}");
+        } else {
+            assert_eq!(creates(&sim), 1, "{point}: created once");
+            assert_eq!(
+                entry.decision().map(|d| d.as_str()),
+                Some("allow"),
+                "{point}"
+            );
+            assert_eq!(entry.responded_by(), Some(DEFAULT_OWNER), "{point}");
+            let expected = if point == "wake.handed" { 2 } else { 1 };
+            assert_eq!(all_wakes.len(), expected, "{point}: {all_wakes:?}");
+            all_wakes.dedup();
+            assert_eq!(
+                all_wakes,
+                vec![format!("canon-detached-approval:{id}")],
+                "{point}: one wake message id"
+            );
+        }
+        // A consume is repeated only when the dead daemon's answer was never recorded.
+        let expected_consumes = match point {
+            "create.reserved" | "create.sent" | "consume.claimed" | "wake.claimed"
+            | "wake.handed" => 1,
+            _ => 2,
+        };
+        assert_eq!(consumes(&sim), expected_consumes, "{point}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_daemons_on_one_canon_home_consume_and_wake_once() {
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    let mut first = spawn(&sim, &home, &[]);
+    first.connect(&sim).await;
+    let call = request_approval(&mut first).await;
+    let id = approval_id(&first.reply(&call).await.0);
+    let mut second = spawn(&sim, &home, &[]);
+    second.connect(&sim).await;
+    // Both streams carry the receipt; both daemons go for the consume and the wake.
+    answer(&sim, &id, "deny");
+    let deadline = std::time::Instant::now() + WAIT * 2;
+    let mut woken = Vec::new();
+    while status_of(&home, &id).1.as_deref() != Some("delivered") {
+        assert!(std::time::Instant::now() < deadline, "never delivered");
+        for shim in [&mut first, &mut second] {
+            if let Ok(inbound) = tokio::time::timeout(
+                std::time::Duration::from_millis(100),
+                shim.expect("inbound.message"),
+            )
+            .await
+            {
+                woken.extend(wakes(std::slice::from_ref(&inbound)));
+                shim.answer(&inbound, json!({"accepted": true})).await;
+            }
+        }
+    }
+    woken.extend(wakes(&first.close_and_drain().await));
+    woken.extend(wakes(&second.close_and_drain().await));
+    assert_eq!(woken, vec![format!("canon-detached-approval:{id}")]);
+    assert_eq!(consumes(&sim), 1, "the lease let one daemon consume");
+    assert_eq!(status_of(&home, &id).0, "resolved");
+}
