@@ -309,6 +309,8 @@ pub struct Session {
     pub handshake_done: bool,
     /// Whether `adapter.connect` succeeded and no disconnect followed.
     pub connected: bool,
+    /// Whether the event stream is open (connected, not failed or ended).
+    pub stream_open: bool,
     /// Hermes' `approvals.timeout` from `adapter.connect`.
     pub host_approvals_timeout: Option<f64>,
     /// The trusted media scope of the connected adapter.
@@ -366,6 +368,7 @@ impl Default for Session {
             agent: AgentFacts::default(),
             handshake_done: false,
             connected: false,
+            stream_open: false,
             host_approvals_timeout: None,
             media_scope: TrustedScope::default(),
             verbosity: VerbosityConfig::default(),

@@ -318,6 +318,7 @@ def probe(args, **kwargs):
     record = {"mode": order["mode"]}
     try:
         if order["mode"] == "request":
+            record["health"] = api.current_canon_runtime_health()
             record["value"] = asyncio.run(api.request_detached_approval_for_current_human(
                 title="Deploy", question="Approve the deploy?", timeout_seconds=600))
         else:
@@ -408,6 +409,14 @@ async fn real_gateway_receipt_wakes_once_and_a_token_from_another_conversation_i
     });
     let asked = record(1).await;
     sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    // Inside the turn, the daemon reports it healthy (durable-endpoint.md §11.1).
+    assert_eq!(
+        asked["health"],
+        json!({"adapterCount": 1, "transportConnected": true, "openTurnCount": 1,
+               "boundNativeTurnCount": 1, "orphanedTurnCount": 0, "activeTurnBound": true,
+               "code": null}),
+        "{asked:#}"
+    );
     let value = &asked["value"];
     assert_eq!(value["status"], "pending", "{asked:#}");
     assert!(value.get("success").is_none(), "{asked:#}");

@@ -238,11 +238,13 @@ impl Session {
             }
             SessionInput::StreamEvent(kind) => self.event(kind),
             SessionInput::StreamConnected => {
+                self.stream_open = true;
                 vec![notification(DaemonNotification::AdapterStatus(
                     AdapterStatus { connected: true },
                 ))]
             }
             SessionInput::StreamFailed(error) => {
+                self.stream_open = false;
                 tracing::error!(%error, "event stream stopped");
                 vec![
                     SessionEffect::CloseStream,
@@ -252,6 +254,7 @@ impl Session {
                 ]
             }
             SessionInput::StreamEnded => {
+                self.stream_open = false;
                 tracing::warn!("event stream ended");
                 vec![SessionEffect::CloseStream]
             }
@@ -745,6 +748,7 @@ impl Session {
     /// stale.
     fn stop_connection(&mut self) -> Vec<SessionEffect> {
         self.connected = false;
+        self.stream_open = false;
         self.stop_refetch();
         let mut effects = vec![
             SessionEffect::StopConnection,

@@ -103,6 +103,23 @@ pub fn tool_result_frame(id: &str, re: &str, result: String) -> SessionEffect {
 }
 
 impl Session {
+    /// `current_canon_runtime_health()` of `conversation` (durable-endpoint.md §11.1).
+    fn runtime_health(&self, conversation: &str) -> Value {
+        let open_turns = self
+            .sessions
+            .iter()
+            .filter(|(key, chat)| {
+                chat.as_str() == conversation && self.machine.open_turn(key).is_some()
+            })
+            .count();
+        crate::api::runtime_health(crate::api::HealthFacts {
+            connected: self.connected,
+            stream_open: self.stream_open,
+            open_turns,
+            bound_turns: open_turns,
+        })
+    }
+
     /// A `tool.call` of a Canon tool other than `no_reply` (which the caller hands to the turn
     /// machine first).
     pub(super) fn tool_call(
@@ -152,6 +169,13 @@ impl Session {
                 return vec![api_result_frame(&id, re, Ok(value))];
             }
             "upload_media_for_current_conversation" => return self.api_upload(id, re, &call),
+            "current_canon_runtime_health" => {
+                let health = match crate::api::canon_conversation(&call.ctx) {
+                    Some(conversation) => Ok(self.runtime_health(conversation)),
+                    None => Err(crate::api::NO_CANON_CONVERSATION.to_owned()),
+                };
+                return vec![api_result_frame(&id, re, health)];
+            }
             "request_detached_approval_for_current_human" => {
                 let planned = crate::detached::plan_helper_request(args, &call.ctx);
                 return self.detached_call(id, re, true, planned);

@@ -9,7 +9,7 @@ function is bound to the current turn: it reads the trusted turn context in the 
 `current_canon_inbound_media`, the card helpers `request_card_for_current_human` and
 `send_card_to_current_conversation`, `upload_media_for_current_conversation`, the detached-approval
 helpers `request_detached_approval_for_current_human` and `check_detached_approval` (the daemon
-keeps the durable registry), and `validate_card` with `RUNTIME_CARD_LIMITS` (answered by the
+keeps the durable registry), `current_canon_runtime_health`, and `validate_card` with `RUNTIME_CARD_LIMITS` (answered by the
 daemon's validator and limits, so Python and Rust never disagree).
 Standard library only; Hermes is read only through `turn_ctx`.
 """
@@ -39,7 +39,8 @@ log = logging.getLogger("canon_hermes")
 __all__ = ["CanonTurnContext", "CanonInboundMedia", "current_canon_turn", "current_canon_inbound_media",
            "request_card_for_current_human", "send_card_to_current_conversation",
            "upload_media_for_current_conversation", "request_detached_approval_for_current_human",
-           "check_detached_approval", "validate_card", "RUNTIME_CARD_LIMITS"]
+           "check_detached_approval", "current_canon_runtime_health", "validate_card",
+           "RUNTIME_CARD_LIMITS"]
 
 # The 15 limits of cards.md §10.1 in export order, as `install` wrote them from the validator's
 # own table.
@@ -228,6 +229,21 @@ async def upload_media_for_current_conversation(data, mime_type, *, file_name=No
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+def current_canon_runtime_health():
+    """How the daemon sees this turn's conversation (durable-endpoint.md §11.1), read-only and
+    granting nothing: `{"adapterCount", "transportConnected", "openTurnCount",
+    "boundNativeTurnCount", "orphanedTurnCount", "activeTurnBound", "code"}`, `code` one of
+    `CANON_OWNER_ABSENT`, `CANON_OWNER_DISCONNECTED`, `CANON_NATIVE_TURN_UNAVAILABLE` or None."""
+    ctx = _context()
+    _turn(ctx)
+    try:
+        body = SUPERVISOR.get().call("api.call", {"method": "current_canon_runtime_health", "args": {},
+                                                  "ctx": ctx}, VALIDATE_TIMEOUT)
+    except DaemonError as exc:
+        raise RuntimeError(str(exc)) from exc
+    return _api_value(body)
 
 
 async def request_detached_approval_for_current_human(*, title=None, question=None, options=None,
