@@ -149,6 +149,28 @@ pub enum RegistryError {
     },
 }
 
+impl From<crate::durable::DurableError> for RegistryError {
+    fn from(error: crate::durable::DurableError) -> Self {
+        use crate::durable::DurableError as D;
+        match error {
+            D::CreateHome { path, source } => RegistryError::CreateHome { path, source },
+            D::Lock { path, source } => RegistryError::Lock { path, source },
+            D::LockTimeout { path, waited } => RegistryError::LockTimeout { path, waited },
+            D::Unreadable { path, source } => RegistryError::Unreadable { path, source },
+            D::Write {
+                path,
+                stage,
+                source,
+            } => RegistryError::Write {
+                path,
+                stage,
+                source,
+            },
+            D::Random { source } => RegistryError::Random { source },
+        }
+    }
+}
+
 impl RegistryError {
     /// Whether this is a fail-closed load error (corrupt or unreadable file), for
     /// which an operator must act (approvals.md §6, Q7).

@@ -54,6 +54,7 @@
 //! assert_eq!(result.to_json()["decision"], "allow");
 //! ```
 
+mod durable;
 pub mod error;
 pub mod format;
 pub mod ids;

@@ -26,19 +26,15 @@
 //! * Lock waits are bounded (30 s by default, approvals.md Q6); a failed or
 //!   timed-out lock is an error, never a silent skip.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rustix::fs::{flock, FlockOperation, OFlags};
-use serde_json::{Number, Value};
+use serde_json::Number;
 
-use crate::error::{LoadFailure, RegistryError, WriteStage};
+use crate::durable::{DurableFile, Guard};
+use crate::error::RegistryError;
 use crate::format::to_file_bytes;
-use crate::ids::{push_hex, ApprovalId, ClaimId};
+use crate::ids::{ApprovalId, ClaimId};
 use crate::state::{
     Activation, ConsumeClaim, ConsumeFinish, ConsumeLease, Entry, NewApproval, Registry,
     ServerOutcome, ValidationError, WakeJob,
@@ -54,16 +50,13 @@ pub const LOCK_FILE_NAME: &str = ".detached-approvals.lock";
 pub const TEMP_FILE_PREFIX: &str = ".detached-approvals.json.";
 
 /// Temp file name suffix (approvals.md §3.1).
-pub const TEMP_FILE_SUFFIX: &str = ".tmp";
+pub const TEMP_FILE_SUFFIX: &str = crate::durable::TEMP_FILE_SUFFIX;
 
 /// Default bound on the lock wait (approvals.md Q6).
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Mode of the lock file and of the registry file (approvals.md §3.1).
-pub const FILE_MODE: u32 = 0o600;
-
-/// Serializes critical sections inside this process (approvals.md §4 step 1).
-static PROCESS_LOCK: Mutex<()> = Mutex::new(());
+pub use crate::durable::FILE_MODE;
 
 /// Resolves the Canon home (approvals.md §3.1) from the values of `CANON_HOME` and
 /// `HOME`, which the caller reads from the environment.
@@ -87,19 +80,7 @@ pub fn resolve_canon_home(canon_home: Option<&str>, home_dir: Option<&Path>) -> 
 
 /// Fills `buf` from the kernel CSPRNG.
 fn random_bytes(buf: &mut [u8]) -> Result<(), RegistryError> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match rustix::rand::getrandom(&mut buf[filled..], rustix::rand::GetRandomFlags::empty()) {
-            Ok(n) => filled += n,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => {
-                return Err(RegistryError::Random {
-                    source: io::Error::from(e),
-                })
-            }
-        }
-    }
-    Ok(())
+    crate::durable::random_bytes(buf).map_err(RegistryError::from)
 }
 
 /// Mints a fresh approval id from the kernel CSPRNG (approvals.md §2).
@@ -176,51 +157,6 @@ pub struct Store {
     options: StoreOptions,
 }
 
-/// A bounded wait: short sleeps, doubling up to 5 ms, until the deadline.
-struct Backoff {
-    start: Instant,
-    limit: Duration,
-    pause: Duration,
-}
-
-impl Backoff {
-    fn new(limit: Duration) -> Self {
-        Backoff {
-            start: Instant::now(),
-            limit,
-            pause: Duration::from_micros(200),
-        }
-    }
-
-    /// Sleeps once, or fails with `LockTimeout` when the deadline has passed.
-    fn pause(&mut self, lock_path: &Path) -> Result<(), RegistryError> {
-        let waited = self.start.elapsed();
-        if waited >= self.limit {
-            return Err(RegistryError::LockTimeout {
-                path: lock_path.to_path_buf(),
-                waited,
-            });
-        }
-        std::thread::sleep(self.pause.min(self.limit - waited));
-        self.pause = (self.pause * 2).min(Duration::from_millis(5));
-        Ok(())
-    }
-}
-
-/// Held while the registry is locked; unlocks on drop.
-struct Guard {
-    file: File,
-    _process: MutexGuard<'static, ()>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        // Closing the descriptor releases the lock as well; unlocking first keeps the
-        // release explicit. An error here cannot be acted on.
-        let _ = flock(&self.file, FlockOperation::Unlock);
-    }
-}
-
 impl Store {
     /// A store for `home` (the resolved Canon home) with default options. Draws the
     /// process instance id used as lease owner.
@@ -263,87 +199,26 @@ impl Store {
         &self.owner
     }
 
-    fn lock(&self) -> Result<Guard, RegistryError> {
-        // One deadline covers both the process mutex and the file lock.
-        let mut wait = self.options.lock_timeout.map(Backoff::new);
-        let process = match wait.as_mut() {
-            None => PROCESS_LOCK.lock().unwrap_or_else(|e| e.into_inner()),
-            Some(wait) => loop {
-                match PROCESS_LOCK.try_lock() {
-                    Ok(guard) => break guard,
-                    Err(TryLockError::Poisoned(e)) => break e.into_inner(),
-                    Err(TryLockError::WouldBlock) => wait.pause(&self.lock_path)?,
-                }
-            },
-        };
-        fs::create_dir_all(&self.home).map_err(|source| RegistryError::CreateHome {
-            path: self.home.clone(),
-            source,
-        })?;
-        let lock_error = |source: io::Error| RegistryError::Lock {
-            path: self.lock_path.clone(),
-            source,
-        };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(FILE_MODE)
-            .open(&self.lock_path)
-            .map_err(lock_error)?;
-        match wait.as_mut() {
-            None => loop {
-                match flock(&file, FlockOperation::LockExclusive) {
-                    Ok(()) => break,
-                    Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => return Err(lock_error(e.into())),
-                }
-            },
-            Some(wait) => loop {
-                match flock(&file, FlockOperation::NonBlockingLockExclusive) {
-                    Ok(()) => break,
-                    Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR) => {
-                        wait.pause(&self.lock_path)?
-                    }
-                    Err(e) => return Err(lock_error(e.into())),
-                }
-            },
+    fn file(&self) -> DurableFile {
+        DurableFile {
+            home: self.home.clone(),
+            path: self.registry_path.clone(),
+            lock_path: self.lock_path.clone(),
+            temp_prefix: TEMP_FILE_PREFIX.to_owned(),
+            lock_timeout: self.options.lock_timeout,
         }
-        Ok(Guard {
-            file,
-            _process: process,
-        })
+    }
+
+    fn lock(&self) -> Result<Guard, RegistryError> {
+        Ok(self.file().lock()?)
     }
 
     /// Loads and validates the file; call only under the lock.
     fn load(&self) -> Result<Registry, RegistryError> {
         let path = &self.registry_path;
-        let unreadable = |source: LoadFailure| RegistryError::Unreadable {
-            path: path.clone(),
-            source,
+        let Some(value) = self.file().read_json()? else {
+            return Ok(Registry::default());
         };
-        match fs::symlink_metadata(path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Registry::default()),
-            Err(e) => return Err(unreadable(LoadFailure::Io(e))),
-            Ok(_) => {}
-        }
-        // Follows a symlink; a dangling one is an error here, not a missing file.
-        let meta = fs::metadata(path).map_err(|e| unreadable(LoadFailure::Io(e)))?;
-        if !meta.is_file() {
-            return Err(unreadable(LoadFailure::NotRegularFile));
-        }
-        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-        OpenOptions::new()
-            .read(true)
-            // Never block on a FIFO swapped in after the metadata check.
-            .custom_flags(OFlags::NONBLOCK.bits() as i32)
-            .open(path)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
-            .map_err(|e| unreadable(LoadFailure::Io(e)))?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| unreadable(LoadFailure::NotUtf8(e)))?;
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| unreadable(LoadFailure::Json(e)))?;
         Registry::from_json(value).map_err(|e| match e {
             ValidationError::RootNotObject => RegistryError::RootNotObject { path: path.clone() },
             ValidationError::Entry {
@@ -359,68 +234,14 @@ impl Store {
 
     /// Deletes temp files left by crashed writers; call only under the lock.
     fn remove_stale_temp_files(&self) {
-        let Ok(dir) = fs::read_dir(&self.home) else {
-            return;
-        };
-        for item in dir.flatten() {
-            let name = item.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with(TEMP_FILE_PREFIX) && name.ends_with(TEMP_FILE_SUFFIX) {
-                let _ = fs::remove_file(item.path());
-            }
-        }
+        self.file().remove_stale_temp_files();
     }
 
     /// The atomic, durable write (approvals.md §5); call only under the lock.
     fn write(&self, registry: &Registry) -> Result<(), RegistryError> {
         let bytes =
             to_file_bytes(registry).map_err(|source| RegistryError::Serialize { source })?;
-        let mut suffix = [0u8; 16];
-        random_bytes(&mut suffix)?;
-        let mut name = format!("{TEMP_FILE_PREFIX}{}.", std::process::id());
-        push_hex(&mut name, &suffix);
-        name.push_str(TEMP_FILE_SUFFIX);
-        let temp = self.home.join(name);
-        let fail = |path: &Path, stage: WriteStage| {
-            let path = path.to_path_buf();
-            move |source: io::Error| RegistryError::Write {
-                path,
-                stage,
-                source,
-            }
-        };
-        fault::check(WriteStage::CreateTemp).map_err(fail(&temp, WriteStage::CreateTemp))?;
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&temp)
-            .map_err(fail(&temp, WriteStage::CreateTemp))?;
-        let result = (|| {
-            fault::check(WriteStage::WriteTemp)
-                .and_then(|()| file.write_all(&bytes))
-                .and_then(|()| file.flush())
-                .map_err(fail(&temp, WriteStage::WriteTemp))?;
-            fault::check(WriteStage::SyncTemp)
-                .and_then(|()| file.sync_all())
-                .map_err(fail(&temp, WriteStage::SyncTemp))?;
-            // The mode was set at creation; chmod again as the spec does (umask may
-            // only remove bits, but a failure is ignored either way).
-            let _ = file.set_permissions(fs::Permissions::from_mode(FILE_MODE));
-            fault::check(WriteStage::Rename)
-                .and_then(|()| fs::rename(&temp, &self.registry_path))
-                .map_err(fail(&self.registry_path, WriteStage::Rename))?;
-            fault::check(WriteStage::SyncDir)
-                .and_then(|()| File::open(&self.home))
-                .and_then(|dir| dir.sync_all())
-                .map_err(fail(&self.home, WriteStage::SyncDir))
-        })();
-        drop(file);
-        if result.is_err() {
-            // After a successful rename the temp name no longer exists; ignore that.
-            let _ = fs::remove_file(&temp);
-        }
-        result
+        Ok(self.file().write_bytes(&bytes)?)
     }
 
     /// Runs a read-only closure on the loaded registry under the lock.
@@ -676,13 +497,13 @@ pub(crate) mod fault {
 }
 
 #[cfg(not(test))]
-mod fault {
+pub(crate) mod fault {
     use std::io;
 
     use crate::error::WriteStage;
 
     #[inline(always)]
-    pub(super) fn check(_stage: WriteStage) -> io::Result<()> {
+    pub(crate) fn check(_stage: WriteStage) -> io::Result<()> {
         Ok(())
     }
 }
@@ -690,7 +511,10 @@ mod fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::WriteStage;
     use crate::state::Status;
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
 
     fn new_approval(n: u8, conversation: &str) -> NewApproval {
         NewApproval::new(
