@@ -83,6 +83,10 @@ pub const HITL_POLL: Duration = Duration::from_secs(1);
 /// hermes-host.md §19.6).
 pub const HITL_CREATE_BUDGET: Duration = Duration::from_secs(10);
 
+/// How long a `request_card` waits for its human before it answers `pending` with the card id
+/// to resume (durable-endpoint.md §10.5 step 5).
+pub const CARD_WAIT: Duration = Duration::from_secs(30);
+
 /// The credentials and connection the daemon uses (cli.md §5.1, §5.2),
 /// as the binary resolved them; all empty when nothing resolved.
 #[derive(Clone, Debug)]
@@ -211,6 +215,9 @@ pub struct Config {
     /// Poll interval of blocking clarifies and approvals ([`HITL_POLL`] in
     /// production; tests shorten it), kept between 50 ms and one hour.
     pub hitl_poll: Duration,
+    /// The bounded wait of a `request_card` before it answers `pending`
+    /// (durable-endpoint.md §10.5: [`CARD_WAIT`] in production; tests shorten it).
+    pub card_wait: Duration,
     /// Fault injection for the crash tests (`CANON_HERMES_CRASH_POINT`, never set in
     /// production): the daemon kills itself with SIGKILL the first time it reaches this named
     /// step of a detached approval (`crate::faults`).
@@ -248,6 +255,7 @@ impl std::fmt::Debug for Config {
             .field("clarify_timeout", &self.clarify_timeout)
             .field("approval_timeout", &self.approval_timeout)
             .field("hitl_poll", &self.hitl_poll)
+            .field("card_wait", &self.card_wait)
             .field("crash_point", &self.crash_point)
             .field("clock_offset_ms", &self.clock_offset_ms)
             .finish_non_exhaustive()

@@ -36,6 +36,7 @@
 //!   crates (ARCHITECTURE.md); never on the cli, the simulator or xtask.
 
 mod canon;
+mod card_waits;
 pub mod config;
 mod detached;
 mod env;

@@ -54,6 +54,7 @@
 //! assert_eq!(result.to_json()["decision"], "allow");
 //! ```
 
+pub mod card_waits;
 mod durable;
 pub mod error;
 pub mod format;

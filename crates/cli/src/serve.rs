@@ -254,6 +254,7 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
         clarify_timeout: hitl::timeout_from_env(env.get("HERMES_CLARIFY_TIMEOUT").as_deref()),
         approval_timeout: hitl::timeout_from_env(env.get("HERMES_APPROVAL_TIMEOUT").as_deref()),
         hitl_poll: interval_ms(env, "CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
+        card_wait: interval_ms(env, "CANON_HERMES_CARD_WAIT_MS", config::CARD_WAIT),
         crash_point: env.get("CANON_HERMES_CRASH_POINT"),
         clock_offset_ms: env
             .get("CANON_HERMES_CLOCK_OFFSET_MS")

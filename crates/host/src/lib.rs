@@ -40,6 +40,7 @@
 
 pub mod answers;
 pub mod api;
+pub mod card_waits;
 pub mod connect;
 pub mod conversations;
 pub mod credentials;

@@ -169,6 +169,29 @@ pub enum SessionEffect {
         /// Hermes accepted the event.
         delivered: bool,
     },
+    /// Run this card-wait call against the card waits and Canon
+    /// (durable-endpoint.md §10.5–§10.6); report [`SessionInput::CardWaitDone`].
+    CardWait {
+        /// The shim request (`tool.call`).
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// What to run.
+        call: Box<crate::card_waits::CardWaitCall>,
+        /// The turn that shows `waiting_input` meanwhile, handed back with the result.
+        waiting: Option<card_waits::WaitingTurn>,
+    },
+    /// Record this `runtime_card_reply` receipt and wake its card
+    /// (durable-endpoint.md §10.8).
+    CardReceipt(crate::card_waits::CardReceipt),
+    /// The shim answered a card wake, or it could not be handed over: put
+    /// back a wake Hermes did not take (durable-endpoint.md §10.8 step 7).
+    CardWakeAnswered {
+        /// The wake.
+        wake: Box<crate::card_waits::CardWake>,
+        /// Hermes accepted the event.
+        delivered: bool,
+    },
     /// Upload the file of an `adapter.send_media`; report
     /// [`SessionInput::Uploaded`].
     UploadMedia {
@@ -269,6 +292,9 @@ pub enum InboundStep {
     /// An `approval_reply` receipt for the shell to look up in the
     /// detached-approval registry (approvals.md §12); never a turn.
     ApprovalReceipt(Box<crate::detached::ApprovalReceipt>),
+    /// A `runtime_card_reply` receipt for the shell's card waits
+    /// (durable-endpoint.md §10.8); never a turn.
+    CardReceipt(crate::card_waits::CardReceipt),
     /// Download the message's attachments (job `job`) and report what was
     /// found as `MediaDone`; the session registers the captures and
     /// finishes the message.
@@ -957,6 +983,16 @@ impl Session {
                     .insert(&conversation_id, conversation.clone());
             }
         }
+        if let PipelineOutcome::Ignored(canon_dispatch::pipeline::Ignored::ControlMessage {
+            message_type,
+        }) = &outcome
+        {
+            if message_type == "runtime_card_reply" {
+                if let Some(receipt) = crate::card_waits::card_receipt(&conversation_id, &payload) {
+                    return (InboundStep::CardReceipt(receipt), keys_changed);
+                }
+            }
+        }
         let wake = match outcome {
             PipelineOutcome::Wake(wake) => wake,
             PipelineOutcome::ApprovalReceipt {
@@ -1041,6 +1077,7 @@ pub fn error_frame(id: &str, re: &str, code: ErrorCode, message: String) -> Sess
     SessionEffect::Frame(protocol::encode_response(id, re, Err(&error)))
 }
 
+pub mod card_waits;
 pub mod detached;
 pub mod handle;
 pub mod interactions;

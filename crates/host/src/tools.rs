@@ -45,8 +45,8 @@ pub const HITL_DEFAULT_TIMEOUT_S: u64 = 300;
 /// The shortest wait of every flow (runtime-control.md §4.4).
 pub const MIN_TIMEOUT_S: u64 = 5;
 
-/// runtime-control.md §4.11, exact.
-pub const UNKNOWN_ACTION: &str = "action must be one of request_card, send_card, request_input, request_approval, check_approval, or no_reply";
+/// runtime-control.md §4.11, with `check_card` (durable-endpoint.md §10.6) among the actions.
+pub const UNKNOWN_ACTION: &str = "action must be one of request_card, send_card, request_input, request_approval, check_approval, check_card, or no_reply";
 /// runtime-control.md §4.11, exact.
 pub const CARD_NOT_OBJECT: &str = "card must be a canon.card.v1 object";
 /// runtime-control.md §4.11, exact.
@@ -303,6 +303,9 @@ pub enum Plan {
     /// `request_approval` or `check_approval`: the shell runs it against the durable
     /// detached-approval registry (`crate::detached`).
     Detached(Box<crate::detached::DetachedCall>),
+    /// An interactive card of `request_card`/`send_card`, or `check_card`: the shell runs it
+    /// against the durable card waits (`crate::card_waits`).
+    CardWait(Box<crate::card_waits::CardWaitCall>),
 }
 
 /// Which interaction-creating action a call is.
@@ -355,6 +358,7 @@ pub fn plan_runtime_control(call: &ToolCall, home_channel: Option<&str>, now_ms:
         "request_input",
         "request_approval",
         "check_approval",
+        "check_card",
         "no_reply",
     ];
     if !known.contains(&action) {
@@ -382,6 +386,12 @@ pub fn plan_runtime_control(call: &ToolCall, home_channel: Option<&str>, now_ms:
             InteractionAction::RequestCard,
         ),
         "request_input" => plan_input(args, &call.ctx, home_channel, now_ms),
+        "check_card" => {
+            return match crate::card_waits::plan_check(args, &call.ctx, home_channel) {
+                Ok(check) => Plan::CardWait(Box::new(check)),
+                Err(error) => Plan::Answer(failure(&error)),
+            }
+        }
         "request_approval" => {
             return detached_plan(crate::detached::plan_tool_request(
                 args,
@@ -392,6 +402,19 @@ pub fn plan_runtime_control(call: &ToolCall, home_channel: Option<&str>, now_ms:
         _ => return detached_plan(crate::detached::plan_tool_check(args, &call.ctx)),
     };
     match result {
+        // An interactive card is kept durably and waited for a bounded time
+        // (durable-endpoint.md §10.5); everything else is one interaction.
+        Ok(interaction)
+            if interaction.has_actions
+                && matches!(
+                    interaction.action,
+                    InteractionAction::RequestCard | InteractionAction::SendCard
+                ) =>
+        {
+            Plan::CardWait(Box::new(crate::card_waits::CardWaitCall::Request(
+                Box::new(interaction),
+            )))
+        }
         Ok(interaction) => Plan::Interact(Box::new(interaction)),
         Err(error) => Plan::Answer(failure(&error)),
     }

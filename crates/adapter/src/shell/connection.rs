@@ -82,6 +82,7 @@ impl Driver {
         let status_client = client.clone();
         self.start_loops(client.clone());
         self.start_approvals(client);
+        self.start_card_scan();
         self.spawn_background(async move {
             if let Err(error) = status_client.publish_runtime_status().await {
                 tracing::warn!(%error, "runtime status publish failed");

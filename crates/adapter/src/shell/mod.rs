@@ -35,6 +35,7 @@ use crate::tasks::{
 use crate::Config;
 
 mod approval_tasks;
+mod card_tasks;
 mod connection;
 mod credentials;
 mod hitl_tasks;
@@ -67,6 +68,8 @@ where
     let (hitl_tx, mut hitl_rx) = mpsc::channel::<HitlEvent>(64);
     let (upload_tx, mut upload_rx) = mpsc::channel::<Uploaded>(64);
     let (approval_tx, mut approval_rx) = mpsc::channel::<detached::Report>(64);
+    let (card_tx, mut card_rx) = mpsc::channel::<card_tasks::CardDone>(64);
+    let (card_wake_tx, mut card_wake_rx) = mpsc::channel::<canon_host::card_waits::CardWake>(64);
     let approvals = config.canon_home.as_deref().and_then(|home| {
         match canon_approvals::store::Store::new(home) {
             Ok(store) => Some(Arc::new(store)),
@@ -125,6 +128,9 @@ where
         approval_tasks: JoinSet::new(),
         recovery: detached::RecoverySet::default(),
         wake_jobs: HashMap::new(),
+        agent_id: None,
+        card_tx,
+        card_wake_tx,
     };
 
     let mut exit_reason = "stdin closed";
@@ -188,6 +194,8 @@ where
                 }
                 HitlEvent::Finished { key, outcome } => SessionInput::HitlFinished { key, outcome },
             },
+            Some(done) = card_rx.recv() => Driver::card_done(done),
+            Some(wake) = card_wake_rx.recv() => SessionInput::CardWake(Box::new(wake)),
             Some(report) = approval_rx.recv() => match driver.approval_report(report) {
                 Some(input) => input,
                 None => continue,
@@ -298,6 +306,12 @@ struct Driver {
     recovery: detached::RecoverySet,
     /// Claimed wakes handed to the session and not yet answered by the shim.
     wake_jobs: HashMap<String, canon_approvals::state::WakeJob>,
+    /// The connected agent's id (`GET /agents/me`): the card waits' scope.
+    agent_id: Option<String>,
+    /// Where card-wait tool calls report.
+    card_tx: mpsc::Sender<card_tasks::CardDone>,
+    /// Where claimed card wakes go.
+    card_wake_tx: mpsc::Sender<canon_host::card_waits::CardWake>,
 }
 
 /// What the session needs to know of the daemon's configuration (never
@@ -434,6 +448,9 @@ impl Driver {
             }
             SessionEffect::Connect(call) => {
                 let result = self.connect_calls().await;
+                if let Ok((me, _)) = &result {
+                    self.agent_id = me.agent_id.clone();
+                }
                 return Some(SessionInput::ConnectDone { call, result });
             }
             SessionEffect::OpenConnection => self.open_connection(),
@@ -474,6 +491,16 @@ impl Driver {
                 return self.run_detached(id, re, api, *call)
             }
             SessionEffect::ApprovalReceipt(receipt) => self.approval_receipt(*receipt),
+            SessionEffect::CardWait {
+                id,
+                re,
+                call,
+                waiting,
+            } => return self.run_card_wait(id, re, *call, waiting),
+            SessionEffect::CardReceipt(receipt) => self.card_receipt(receipt),
+            SessionEffect::CardWakeAnswered { wake, delivered } => {
+                self.card_wake_answered(*wake, delivered)
+            }
             SessionEffect::ApprovalWakeAnswered {
                 approval_id,
                 delivered,

@@ -23,12 +23,12 @@ use super::hermes_turns::{create_group, GROUP};
 /// The approval's question; the wake text ends with it.
 const QUESTION: &str = "Pay invoice 12345 for 8,200 ILS?";
 
-fn tool_rule(keyword: &str, id: &str, args: Value) -> Value {
+pub(super) fn tool_rule(keyword: &str, id: &str, args: Value) -> Value {
     json!({"match": {"role": "user", "contains": keyword},
            "reply": {"toolCall": {"name": "canon_runtime_control", "arguments": args, "id": id}}})
 }
 
-fn echo_rule() -> Value {
+pub(super) fn echo_rule() -> Value {
     json!({"match": {"role": "tool"}, "reply": {"echoToolResult": true, "prefix": "Tool said: "}})
 }
 
@@ -38,7 +38,7 @@ fn wake_rule() -> Value {
            "reply": {"text": "Decision noted."}})
 }
 
-fn fallback_rule() -> Value {
+pub(super) fn fallback_rule() -> Value {
     json!({"match": {}, "reply": {"text": "unexpected"}})
 }
 
@@ -67,7 +67,7 @@ fn consumes(sc: &Scenario) -> usize {
 
 /// The model requests whose last message is a user message containing `text`: the turns Hermes
 /// ran for it.
-fn turns_for(sc: &Scenario, text: &str) -> usize {
+pub(super) fn turns_for(sc: &Scenario, text: &str) -> usize {
     sc.model
         .requests()
         .iter()
@@ -83,7 +83,7 @@ fn turns_for(sc: &Scenario, text: &str) -> usize {
 }
 
 /// Waits for the tool result of `call_id`, parsed.
-async fn tool_result(sc: &Scenario, call_id: &str) -> Value {
+pub(super) async fn tool_result(sc: &Scenario, call_id: &str) -> Value {
     let deadline = std::time::Instant::now() + TURN;
     loop {
         let found = sc
@@ -104,7 +104,7 @@ async fn tool_result(sc: &Scenario, call_id: &str) -> Value {
 }
 
 /// Waits until Hermes ran a turn for a user message containing `text`.
-async fn wait_turn_for(sc: &Scenario, text: &str) {
+pub(super) async fn wait_turn_for(sc: &Scenario, text: &str) {
     let deadline = std::time::Instant::now() + TURN;
     while turns_for(sc, text) == 0 {
         if std::time::Instant::now() > deadline {

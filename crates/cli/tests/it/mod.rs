@@ -9,6 +9,7 @@ mod hermes_api;
 mod hermes_approvals;
 mod hermes_bursts;
 mod hermes_busy;
+mod hermes_cards;
 mod hermes_delivery;
 mod hermes_hitl;
 mod hermes_media;

@@ -41,16 +41,56 @@ pub fn detached_answer(
     tool_result_frame(id, re, envelope)
 }
 
+/// A wake's event fields (approvals.md §13 step 4, durable-endpoint.md §10.8 step 4).
+pub(super) struct WakeEvent {
+    pub(super) conversation_id: String,
+    pub(super) message_id: String,
+    pub(super) text: String,
+    pub(super) user_id: String,
+    pub(super) user_name: String,
+    pub(super) raw: Value,
+}
+
+/// What a wake handed to the shim was for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum WakeFor {
+    /// A decided detached approval.
+    Approval(String),
+    /// An answered card (its conversation, card and wake lease).
+    Card(crate::card_waits::CardWake),
+}
+
+impl WakeFor {
+    /// The effect that finishes this wake with the shim's answer.
+    fn answered(self, delivered: bool) -> SessionEffect {
+        match self {
+            WakeFor::Approval(approval_id) => SessionEffect::ApprovalWakeAnswered {
+                approval_id,
+                delivered,
+            },
+            WakeFor::Card(wake) => SessionEffect::CardWakeAnswered {
+                wake: Box::new(wake),
+                delivered,
+            },
+        }
+    }
+}
+
 /// The wakes the shim has not answered yet.
 #[derive(Debug, Clone, Default)]
 pub(super) struct WakesInFlight {
-    by_request: HashMap<String, String>,
+    by_request: HashMap<String, WakeFor>,
 }
 
 impl WakesInFlight {
-    /// The approval whose wake the shim answered with `request_id`, forgotten.
-    pub(super) fn answered(&mut self, request_id: &str) -> Option<String> {
-        self.by_request.remove(request_id)
+    /// Whether another wake may be handed over.
+    pub(super) fn has_room(&self) -> bool {
+        self.by_request.len() < MAX_WAKES_IN_FLIGHT
+    }
+
+    /// Remembers the wake sent as daemon request `request_id`.
+    pub(super) fn sent(&mut self, request_id: String, wake: WakeFor) {
+        self.by_request.insert(request_id, wake);
     }
 }
 
@@ -80,21 +120,38 @@ impl Session {
     /// that conversation, never steering it. Without a connected adapter (or with too many wakes
     /// unanswered) it is not delivered, and the shell puts the wake back.
     pub(super) fn approval_wake(&mut self, wake: ApprovalWake) -> Vec<SessionEffect> {
-        if !self.connected || self.wakes.by_request.len() >= MAX_WAKES_IN_FLIGHT {
+        if !self.connected || !self.wakes.has_room() {
             return vec![SessionEffect::ApprovalWakeAnswered {
                 approval_id: wake.approval_id,
                 delivered: false,
             }];
         }
-        let message_id = detached::wake_message_id(&wake.approval_id);
+        let message = self.wake_event(WakeEvent {
+            conversation_id: wake.conversation_id,
+            message_id: detached::wake_message_id(&wake.approval_id),
+            text: wake.text,
+            user_id: wake.user_id,
+            user_name: wake.user_name,
+            raw: wake.raw,
+        });
+        let line = self.request_line(DaemonRequest::InboundMessage(message));
+        let request_id = format!("d:{}", self.next_daemon_id);
+        self.wakes
+            .sent(request_id, WakeFor::Approval(wake.approval_id));
+        vec![SessionEffect::Frame(line)]
+    }
+
+    /// A wake as an ordinary Canon text event of its conversation (a fresh event reference, the
+    /// chat facts from the cache), queued behind a running turn there, never steering it.
+    pub(super) fn wake_event(&mut self, wake: WakeEvent) -> InboundMessage {
         let (chat_name, chat_type) = self.conversations.chat_facts(&wake.conversation_id);
         let event_ref = self.events.remember(PendingEvent {
-            message_id: Some(message_id.clone()),
+            message_id: Some(wake.message_id.clone()),
             reply_authority: None,
             conversation_type: conversation_type_of(Some(chat_type)),
             disposition_queued: false,
         });
-        let message = InboundMessage {
+        InboundMessage {
             event_ref,
             event: InboundEvent {
                 text: wake.text,
@@ -105,10 +162,10 @@ impl Session {
                     chat_type: chat_type.to_owned(),
                     user_id: Some(wake.user_id),
                     user_name: Some(wake.user_name),
-                    message_id: Some(message_id.clone()),
+                    message_id: Some(wake.message_id.clone()),
                     thread_id: None,
                 },
-                message_id: Some(message_id),
+                message_id: Some(wake.message_id),
                 reply_to_message_id: None,
                 media: Vec::new(),
                 channel_prompt: None,
@@ -119,20 +176,20 @@ impl Session {
                 raw: Opaque(wake.raw),
                 internal: false,
             },
-        };
+        }
+    }
+
+    /// The line of a wake event (an `inbound.message`), remembered under its request id.
+    pub(super) fn wake_line(&mut self, message: InboundMessage, wake: WakeFor) -> String {
         let line = self.request_line(DaemonRequest::InboundMessage(message));
-        let request_id = format!("d:{}", self.next_daemon_id);
-        self.wakes.by_request.insert(request_id, wake.approval_id);
-        vec![SessionEffect::Frame(line)]
+        self.wakes.sent(format!("d:{}", self.next_daemon_id), wake);
+        line
     }
 
     /// The shim answered a daemon request: when it was a wake, whether Hermes accepted it.
     pub(super) fn wake_answered(&mut self, request_id: &str, accepted: bool) -> Vec<SessionEffect> {
-        match self.wakes.answered(request_id) {
-            Some(approval_id) => vec![SessionEffect::ApprovalWakeAnswered {
-                approval_id,
-                delivered: accepted,
-            }],
+        match self.wakes.by_request.remove(request_id) {
+            Some(wake) => vec![wake.answered(accepted)],
             None => Vec::new(),
         }
     }
@@ -143,10 +200,7 @@ impl Session {
         self.wakes
             .by_request
             .drain()
-            .map(|(_, approval_id)| SessionEffect::ApprovalWakeAnswered {
-                approval_id,
-                delivered: false,
-            })
+            .map(|(_, wake)| wake.answered(false))
             .collect()
     }
 }

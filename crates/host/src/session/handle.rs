@@ -175,6 +175,20 @@ pub enum SessionInput {
     /// The registry claimed the wake of a decided approval: hand it to
     /// Hermes (approvals.md §13).
     ApprovalWake(Box<crate::detached::ApprovalWake>),
+    /// A [`SessionEffect::CardWait`] call finished.
+    CardWaitDone {
+        /// The shim request.
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// The result, or the error.
+        result: Result<Value, String>,
+        /// The turn that waited, as the effect carried it.
+        waiting: Option<super::card_waits::WaitingTurn>,
+    },
+    /// The card waits claimed a card's wake: hand it to Hermes
+    /// (durable-endpoint.md §10.8).
+    CardWake(Box<crate::card_waits::CardWake>),
     /// The turn machine's deadline ([`Session::next_deadline`]) passed.
     Timeout,
 }
@@ -380,6 +394,13 @@ impl Session {
                 result,
             } => vec![super::detached::detached_answer(&id, re, api, result)],
             SessionInput::ApprovalWake(wake) => self.approval_wake(*wake),
+            SessionInput::CardWaitDone {
+                id,
+                re,
+                result,
+                waiting,
+            } => self.card_wait_done(&id, re, result, waiting, now_ms),
+            SessionInput::CardWake(wake) => self.card_wake(*wake),
             SessionInput::Timeout => self.feed(Input::Timeout, now_ms),
         }
     }
@@ -783,6 +804,7 @@ impl Session {
         match step {
             InboundStep::Nothing => Vec::new(),
             InboundStep::ApprovalReceipt(receipt) => vec![SessionEffect::ApprovalReceipt(receipt)],
+            InboundStep::CardReceipt(receipt) => vec![SessionEffect::CardReceipt(receipt)],
             InboundStep::Send(message) => vec![SessionEffect::Frame(
                 self.request_line(DaemonRequest::InboundMessage(*message)),
             )],

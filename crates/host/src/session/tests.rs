@@ -327,6 +327,11 @@ fn describe(effect: &SessionEffect) -> String {
         SessionEffect::ApprovalReceipt(receipt) => {
             format!("approval receipt {}", receipt.approval_id)
         }
+        SessionEffect::CardReceipt(receipt) => format!("card receipt {}", receipt.card_id),
+        SessionEffect::CardWait { id, re, call, .. } => format!("card wait {id} {re} {call:?}"),
+        SessionEffect::CardWakeAnswered { wake, delivered } => {
+            format!("card wake answered {} delivered={delivered}", wake.card_id)
+        }
         SessionEffect::ApprovalWakeAnswered {
             approval_id,
             delivered,

@@ -145,6 +145,7 @@ impl Session {
             }
             Plan::Interact(interaction) => interaction,
             Plan::Detached(planned) => return self.detached_call(id, re, false, Ok(*planned)),
+            Plan::CardWait(planned) => return self.card_wait_call(id, re, &call, *planned, now_ms),
         };
         let session_key = call.ctx.session_key.clone();
         self.open_tool_wait(id, re, ReplyAs::Tool, session_key, interaction)

@@ -33,11 +33,50 @@ fn answer(plan: Plan) -> Value {
     }
 }
 
+/// The interaction a plan creates: one interaction, or the card of a durable card wait (the
+/// same create call; the shell keeps it durably and waits a bounded time).
 fn interaction(plan: Plan) -> ToolInteraction {
     match plan {
         Plan::Interact(i) => *i,
+        Plan::CardWait(call) => match *call {
+            crate::card_waits::CardWaitCall::Request(i) => *i,
+            other => panic!("expected a card request, got {other:?}"),
+        },
         other => panic!("expected an interaction, got {other:?}"),
     }
+}
+
+#[test]
+fn interactive_cards_of_the_tool_are_durable_card_waits_and_others_one_interaction() {
+    let plan = |action: &str, actions: bool| {
+        plan_runtime_control(
+            &call(
+                json!({"action": action, "card": valid_card(actions)}),
+                canon_ctx(),
+            ),
+            None,
+            0,
+        )
+    };
+    for action in ["request_card", "send_card"] {
+        assert!(matches!(plan(action, true), Plan::CardWait(_)), "{action}");
+        assert!(matches!(plan(action, false), Plan::Interact(_)), "{action}");
+    }
+    let check = plan_runtime_control(
+        &call(json!({"action": "check_card", "cardId": "k1"}), canon_ctx()),
+        None,
+        0,
+    );
+    assert_eq!(
+        check,
+        Plan::CardWait(Box::new(crate::card_waits::CardWaitCall::Check(
+            crate::card_waits::CardCheck {
+                conversation_id: "c-1".into(),
+                card_id: Some("k1".into()),
+                user_id: Some("h-alice".into()),
+            }
+        )))
+    );
 }
 
 fn valid_card(with_actions: bool) -> Value {
@@ -423,6 +462,7 @@ fn the_manifest_lists_the_tool_with_its_schema() {
             "request_input",
             "request_approval",
             "check_approval",
+            "check_card",
             "no_reply"
         ])
     );
