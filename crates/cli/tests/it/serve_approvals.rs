@@ -288,3 +288,35 @@ async fn two_daemons_on_one_canon_home_consume_and_wake_once() {
     assert_eq!(consumes(&sim), 1, "the lease let one daemon consume");
     assert_eq!(status_of(&home, &id).0, "resolved");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wake_hermes_did_not_take_is_retried_by_the_periodic_scan() {
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    // The scan runs on the status tick (approvals.md §14.3), shortened here.
+    let mut shim = spawn(&sim, &home, &[("CANON_HERMES_STATUS_INTERVAL_MS", "200")]);
+    shim.connect(&sim).await;
+    let call = request_approval(&mut shim).await;
+    let id = approval_id(&shim.reply(&call).await.0);
+    answer(&sim, &id, "allow");
+    // Hermes refuses the first wake (its handler raised): the lease goes back to pending.
+    let first = shim.expect("inbound.message").await;
+    assert_eq!(wakes(std::slice::from_ref(&first)).len(), 1, "{first}");
+    shim.answer(&first, json!({"accepted": false})).await;
+    let second = shim.expect("inbound.message").await;
+    assert_eq!(
+        wakes(std::slice::from_ref(&second)),
+        wakes(std::slice::from_ref(&first)),
+        "the same wake again"
+    );
+    shim.answer(&second, json!({"accepted": true})).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while status_of(&home, &id).1.as_deref() != Some("delivered") {
+        assert!(std::time::Instant::now() < deadline, "never delivered");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let rest = shim.close_and_drain().await;
+    assert!(wakes(&rest).is_empty(), "no wake after delivery: {rest:?}");
+    assert_eq!(consumes(&sim), 1);
+}
