@@ -24,9 +24,24 @@ pub(crate) fn now_ms() -> u64 {
         .saturating_add(CLOCK_OFFSET_MS.load(Ordering::Relaxed))
 }
 
-/// Fresh randomness for turn ids and epochs, from the standard library's
-/// per-process random hasher keys, a counter and the clock.
+/// Fresh randomness for turn ids, epochs and lease tokens, from the kernel CSPRNG
+/// (`getrandom`; reliability review L10: never a hash of the clock). Should the kernel refuse,
+/// the standard library's per-process random hasher keys, a counter and the clock stand in, so
+/// an id is still unique; nothing secret is derived from these values.
 pub(crate) fn random_u128() -> u128 {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return fallback_u128(),
+        }
+    }
+    u128::from_le_bytes(bytes)
+}
+
+fn fallback_u128() -> u128 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let half = || {
         let mut hasher = RandomState::new().build_hasher();
@@ -35,4 +50,15 @@ pub(crate) fn random_u128() -> u128 {
         hasher.finish()
     };
     (u128::from(half()) << 64) | u128::from(half())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn random_values_differ() {
+        let values: std::collections::HashSet<u128> =
+            (0..64).map(|_| super::random_u128()).collect();
+        assert_eq!(values.len(), 64);
+        assert_ne!(super::fallback_u128(), super::fallback_u128());
+    }
 }

@@ -9,7 +9,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -140,10 +140,16 @@ impl DurableFile {
                 }
             },
         };
-        fs::create_dir_all(&self.home).map_err(|source| DurableError::CreateHome {
-            path: self.home.clone(),
-            source,
-        })?;
+        // A Canon home this creates is private (0700, reliability review L11): it holds the
+        // agent's credentials and decisions. An existing one keeps the mode its owner gave it.
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.home)
+            .map_err(|source| DurableError::CreateHome {
+                path: self.home.clone(),
+                source,
+            })?;
         let lock_error = |source: io::Error| DurableError::Lock {
             path: self.lock_path.clone(),
             source,
