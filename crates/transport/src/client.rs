@@ -334,12 +334,25 @@ enum DurableKind {
 
 /// A durable write whose exact bytes are kept until Canon settles it
 /// (canon-wire.md §2.5, §2.7). Replays send byte-identical requests.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct DurableRequest {
     path: String,
     body: Bytes,
     client_id: Option<String>,
     kind: DurableKind,
+}
+
+/// The body holds the reply-authority token: `Debug` shows its length only (reliability review
+/// L1).
+impl std::fmt::Debug for DurableRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableRequest")
+            .field("path", &self.path)
+            .field("body_bytes", &self.body.len())
+            .field("client_id", &self.client_id)
+            .field("kind", &self.kind)
+            .finish()
+    }
 }
 
 impl DurableRequest {
@@ -1034,6 +1047,22 @@ mod tests {
         );
         let client = CanonClient::new(config).unwrap();
         assert!(!format!("{client:?}").contains("very-secret"));
+    }
+
+    #[test]
+    fn a_durable_request_shows_no_body_in_debug() {
+        let mut envelope = Map::new();
+        envelope.insert("conversationId".into(), json!("c1"));
+        let mut value = Map::new();
+        value.insert(
+            "replyAuthority".into(),
+            json!({"token": "secret-token-123"}),
+        );
+        let request = DurableRequest::verb("send_to", envelope, value).unwrap();
+        assert!(String::from_utf8_lossy(request.body()).contains("secret-token-123"));
+        let shown = format!("{request:?}");
+        assert!(!shown.contains("secret-token-123"), "{shown}");
+        assert!(shown.contains("body_bytes"), "{shown}");
     }
 
     #[test]

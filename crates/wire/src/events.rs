@@ -227,6 +227,9 @@ impl EventKind {
                 let Value::Object(mut payload) = data else {
                     return malformed(name, data, "data is not an object");
                 };
+                // The token leaves the payload first, so even a malformed event (kept, and
+                // logged at trace level) never carries it (reliability review L1).
+                let authority = payload.remove("replyAuthority");
                 let conversation_id = payload
                     .get("conversationId")
                     .and_then(Value::as_str)
@@ -239,7 +242,6 @@ impl EventKind {
                         "missing conversationId or message object",
                     );
                 };
-                let authority = payload.remove("replyAuthority");
                 let message_id = message
                     .get("id")
                     .and_then(Value::as_str)
@@ -262,6 +264,18 @@ impl EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_malformed_message_event_keeps_no_reply_authority() {
+        let data = serde_json::json!({"replyAuthority": {"token": "secret-token-123"},
+                                      "message": {"id": "m1"}});
+        let kind = EventKind::classify("message.created".to_owned(), data);
+        assert!(matches!(kind, EventKind::Malformed { .. }), "{kind:?}");
+        assert!(
+            !format!("{kind:?}").contains("secret-token-123"),
+            "{kind:?}"
+        );
+    }
     use crate::sse::{FrameData, SseParser};
     use proptest::prelude::*;
     use serde_json::json;
