@@ -439,22 +439,65 @@ impl Runner {
         // good. It is idempotent state, so replaying it again costs nothing.
         let moves_cursor = !matches!(event.kind, EventKind::AgentContext { .. });
         if let (Some(id), true) = (&event.id, moves_cursor) {
-            self.set_cursor(Some(id.clone()));
+            if usable_cursor(id) {
+                self.set_cursor(Some(id.clone()));
+            } else {
+                tracing::warn!(
+                    bytes = id.len(),
+                    "canon stream event id cannot be sent back as Last-Event-ID; cursor kept"
+                );
+            }
         }
         match &event.kind {
             EventKind::ReplayExpired { last_available_id } => {
-                self.set_cursor(last_available_id.clone())
+                self.set_cursor(last_available_id.clone().filter(|id| usable_cursor(id)))
             }
-            EventKind::Error(data) => tracing::warn!(data = %data, "canon stream error event"),
+            EventKind::Error(data) => {
+                let mut shown = data.to_string();
+                if shown.len() > MAX_LOGGED_ERROR {
+                    let mut cut = MAX_LOGGED_ERROR;
+                    while !shown.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    shown.truncate(cut);
+                }
+                tracing::warn!(data = %shown, "canon stream error event")
+            }
             _ => tracing::trace!(id = ?event.id, "canon stream event"),
         }
         self.emit(StreamItem::Event(event)).await
     }
 }
 
+/// The longest `Last-Event-ID` the stream sends back (our number): Canon's ids are short; a
+/// longer one is not a cursor this client can resend.
+pub const MAX_CURSOR_BYTES: usize = 1_024;
+
+/// How much of an SSE `error` event's data is logged (reliability review L5).
+const MAX_LOGGED_ERROR: usize = 512;
+
+/// Whether an event id can be the cursor (reliability review L3): a valid header value of at
+/// most [`MAX_CURSOR_BYTES`] (visible ASCII and inner spaces). Any other id would make every
+/// reconnect fail for good, so it is not adopted and the previous cursor stays.
+pub fn usable_cursor(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_CURSOR_BYTES && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_header_safe_ids_become_the_cursor() {
+        assert!(usable_cursor("1764000000000-0"));
+        assert!(usable_cursor("evt 42"));
+        assert!(!usable_cursor(""));
+        assert!(!usable_cursor("bad\u{7f}id"));
+        assert!(!usable_cursor("caf\u{e9}"));
+        assert!(!usable_cursor("line\nbreak"));
+        assert!(!usable_cursor(&"9".repeat(MAX_CURSOR_BYTES + 1)));
+        assert!(usable_cursor(&"9".repeat(MAX_CURSOR_BYTES)));
+    }
 
     #[test]
     fn default_random_is_in_unit_interval() {
