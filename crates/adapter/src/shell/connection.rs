@@ -153,6 +153,12 @@ impl Driver {
             return;
         };
         while self.signal_tasks.try_join_next().is_some() {}
+        // The poll loop is one of these tasks; beyond it a burst of doorbells shares the cap
+        // (reliability review L9): a dropped doorbell's signal is consumed by the next poll.
+        if self.signal_tasks.len() > crate::config::MAX_DOORBELLS {
+            tracing::debug!(conversation_id, "doorbell dropped: too many consumes in flight");
+            return;
+        }
         let tx = self.signal_tx.clone();
         self.signal_tasks.spawn(async move {
             consume_signal(&client, conversation_id, &tx).await;
