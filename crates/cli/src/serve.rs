@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use canon_adapter::config::{self, Config, CredentialResolver, ResolvedCredentials};
 use canon_host::hitl;
-use canon_profiles::environment::is_secure_or_local;
 use canon_profiles::files::CanonPaths;
 use canon_profiles::{
     platform_affects_resolution, DotEnv, EnvLookup, HermesEnv, PlatformConfig, Resolution,
 };
+use canon_wire::endpoint::is_secure_or_local;
 use canon_wire::ApiKey;
 
 use crate::{credentials, exit};
