@@ -626,6 +626,13 @@ impl Session {
             }
             ShimRequest::AdapterSend(send) => {
                 let request = self.register(id, re);
+                // The shim's key, when it sent one, stands for the fresh
+                // randomness: its resend after a respawn gets the same ids.
+                let random = send
+                    .send_key
+                    .as_deref()
+                    .and_then(requests::send_key)
+                    .unwrap_or(random);
                 self.feed(
                     Input::Send(HostSend {
                         request,

@@ -1,0 +1,186 @@
+//! The installed shim's adapter and daemon supervisor in the venv's Python, with the real
+//! `canon-hermes serve --stdio` child against canon-sim, driven through Hermes' own code where
+//! Hermes is the one that acts (hermes-host.md §8.4, §19.10): faults that only show with the
+//! shim and Hermes together.
+//!
+//! | scenario | spec |
+//! |---|---|
+//! | a turn-less send whose every attempt failed ambiguously is stored once: Hermes' `_send_with_retry` does not send it again | hermes-host.md §8.4, reliability review H2 |
+//! | a turn-less send cut off by a daemon crash is resent to the respawned daemon and stored once | hermes-host.md §19.10, turns.md §4.6, reliability review H2 |
+
+use std::process::Command;
+
+use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
+use serde_json::Value;
+
+use super::gateway_support::{hermes_python, install_shim, shim_prelude};
+use super::shim_support::sim;
+
+/// Python run after the shim is loaded as `shim`: the adapter class, `SIM` (the simulator's
+/// control API: `SIM("faults", rule)` posts, `SIM("state")` gets), `CHAT` and `stored(text)`,
+/// the number of the agent's stored messages in `CHAT` whose text is `text`.
+const PRELUDE: &str = r#"
+import asyncio, json, os, signal, sys, time, urllib.request
+import concurrent.futures as cf
+from gateway.platform_registry import platform_registry, PlatformEntry
+platform_registry.register(PlatformEntry(name='canon', label='Canon', adapter_factory=None,
+                                         check_fn=lambda: True))
+from gateway.config import PlatformConfig
+from shim import _daemon
+from shim._daemon import SUPERVISOR, DaemonError
+cls = shim._make_adapter_class()
+CHAT, AGENT = os.environ['TEST_CHAT'], os.environ['TEST_AGENT']
+
+def SIM(path, body=None, method=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(os.environ['TEST_SIM'] + '/__sim/' + path, data=data,
+                                 method=method or ('GET' if body is None else 'POST'),
+                                 headers={'content-type': 'application/json'})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read() or b'{}')
+
+def stored(text):
+    return sum(1 for m in SIM('state')['messages'] if m.get('conversationId') == CHAT
+               and m.get('message', {}).get('senderId') == AGENT
+               and m.get('message', {}).get('text') == text)
+
+def fault(path, action, **matcher):
+    SIM('faults', {'matcher': dict({'method': 'POST', 'path': path}, **matcher), 'action': action})
+
+async def connected():
+    a = cls(PlatformConfig(enabled=True))
+    assert await a.connect(), a.fatal_error_message
+    return a
+"#;
+
+/// Runs `code` in the venv's Python with the shim installed (as `canon-hermes install` does) in
+/// a scratch profile and the daemon configured for `sim`; returns stdout, asserting success.
+async fn shim_python(sim: &SimHandle, code: &str) -> String {
+    let (base, stream, key) = (sim.base_url(), sim.stream_url(), sim.api_key());
+    let code = code.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let home = tempfile::tempdir().expect("scratch dir");
+        let installed = home.path().join("installed");
+        let hermes_home = home.path().join("hermes");
+        for dir in [&installed, &hermes_home] {
+            std::fs::create_dir_all(dir).expect("a profile home");
+        }
+        install_shim(&installed);
+        let prelude = shim_prelude(&installed.join("plugins/canon-hermes"));
+        let out = Command::new(hermes_python())
+            .args(["-c", &format!("{prelude}{PRELUDE}{code}")])
+            .env("HERMES_HOME", &hermes_home)
+            .env("HOME", home.path())
+            .env("CANON_HOME", home.path().join("canon"))
+            .env("CANON_API_KEY", key)
+            .env("CANON_BASE_URL", &base)
+            .env("CANON_STREAM_URL", stream)
+            .env("CANON_AGENTS_FILE", home.path().join("no-agents.json"))
+            .env("TEST_SIM", &base)
+            .env("TEST_CHAT", DEFAULT_CONVERSATION)
+            .env("TEST_AGENT", DEFAULT_AGENT)
+            .env("RUST_LOG", "warn")
+            .env_remove("CANON_ENVIRONMENT_ID")
+            .env_remove("CANON_AGENT")
+            .env_remove("CANON_AGENTS_JSON_BOOTSTRAP")
+            .env_remove("CANON_HOME_CHANNEL")
+            .output()
+            .expect("the venv python runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "python failed:\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    })
+    .await
+    .expect("the python run")
+}
+
+/// The JSON objects `print(json.dumps(…))` wrote, one a line.
+fn reports(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+/// Reliability review H2, hermes-host.md §8.4. Outside any turn every `adapter.send` is a new
+/// standalone id group, so a retry by Hermes is a second copy. Each durable attempt of the send
+/// here fails ambiguously after Canon stored it (a 502, or the connection dropped after the
+/// write), and the daemon replays it under the same ids within the call; the reply must then
+/// say `timed out`, not retryable, so that Hermes' real `_send_with_retry` neither retries nor
+/// sends a plain-text fallback. Canon stores exactly one copy, and the journal shows the three
+/// attempts of one id and nothing more.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ambiguous_turnless_send_is_stored_once_whatever_hermes_retries() {
+    let sim = sim().await;
+    let code = r#"
+async def main():
+    a = await connected()
+    for name, action in (('502', {'type': 'process_then_status', 'status': 502}),
+                         ('drop', {'type': 'process_then_drop'})):
+        text = 'Nightly report (%s): all is well.' % name
+        SIM('faults', None, 'DELETE')
+        fault('/agent/verbs/send_to', action, times=3)
+        r = await a._send_with_retry(CHAT, text)
+        sends = [e for e in SIM('journal?path=/agent/verbs/send_to')['entries']
+                 if e['body']['body']['value'].get('text') == text]
+        keys = sorted({e['body']['envelope']['idempotencyKey'] for e in sends})
+        print(json.dumps({'case': name, 'success': r.success, 'error': r.error,
+                          'retryable': r.retryable, 'stored': stored(text),
+                          'attempts': len(sends), 'ids': len(keys)}))
+    await a.disconnect()
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    let unconfirmed = "Canon send timed out unconfirmed; it may have been delivered, so it is not \
+                       retried";
+    for (report, case) in reports(&out).iter().zip(["502", "drop"]) {
+        assert_eq!(
+            report,
+            &serde_json::json!({"case": case, "success": false, "error": unconfirmed,
+                                "retryable": false, "stored": 1, "attempts": 3, "ids": 1}),
+            "{out}"
+        );
+    }
+    assert_eq!(reports(&out).len(), 2, "{out}");
+}
+
+/// Reliability review H2, hermes-host.md §19.10. The daemon dies (SIGKILL) while Canon holds
+/// the answer to a turn-less send it already stored; the shim sends the same `adapter.send`
+/// once more to the respawned daemon, with the same `send_key`, so the standalone ids are the
+/// same and Canon answers the replay with the stored message: one copy, reported delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turnless_send_resent_after_a_daemon_crash_is_stored_once() {
+    let sim = sim().await;
+    let code = r#"
+async def main():
+    a = await connected()
+    text = 'Cron says: the backup finished.'
+    fault('/agent/verbs/send_to', {'type': 'delay_after', 'ms': 30000}, times=1)
+    first = SUPERVISOR.peek()
+    send = asyncio.ensure_future(a.send(CHAT, text))
+    await asyncio.to_thread(SIM, 'wait_for', {'timeoutMs': 10000, 'message': {
+        'conversationId': CHAT, 'senderId': AGENT, 'textContains': text}})
+    os.kill(first.proc.pid, signal.SIGKILL)
+    r = await send
+    again = SUPERVISOR.peek()
+    print(json.dumps({'success': r.success, 'error': r.error, 'stored': stored(text),
+                      'respawned': again is not None and again is not first,
+                      'same_id': r.message_id == [m['message']['id'] for m in SIM('state')['messages']
+                                                 if m['message'].get('text') == text][0]}))
+    await a.disconnect()
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"success": true, "error": null, "stored": 1, "respawned": true,
+                            "same_id": true})
+        ],
+        "{out}"
+    );
+}
