@@ -7,6 +7,7 @@
 //! |---|---|
 //! | a turn-less send whose every attempt failed ambiguously is stored once: Hermes' `_send_with_retry` does not send it again | hermes-host.md §8.4, reliability review H2 |
 //! | a turn-less send cut off by a daemon crash is resent to the respawned daemon and stored once | hermes-host.md §19.10, turns.md §4.6, reliability review H2 |
+//! | a response racing the cancel of its request's future does not kill the reader thread | hermes-host.md §19.4, reliability review M7 |
 
 use std::process::Command;
 
@@ -180,6 +181,69 @@ asyncio.run(main())
         [
             serde_json::json!({"success": true, "error": null, "stored": 1, "respawned": true,
                             "same_id": true})
+        ],
+        "{out}"
+    );
+}
+
+/// Reliability review M7, hermes-host.md §19.4. When `acall` times out, the gateway loop
+/// cancels the request's future, and that cancel can land just before the reader thread sets
+/// the response on it. `Racing` is a future whose cancel lands exactly there. The reader must
+/// live on (the next request is answered), and at EOF a racing future must not keep the others
+/// from failing at once with `daemon_exited`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_racing_a_cancel_keeps_the_reader_alive() {
+    let sim = sim().await;
+    let code = r#"
+class Racing(cf.Future):
+    """Cancelled by the gateway loop right before the reader thread settles it."""
+    def set_result(self, result):
+        self.cancel()
+        super().set_result(result)
+    def set_exception(self, exc):
+        self.cancel()
+        super().set_exception(exc)
+
+def racing_request(d, kind, body):
+    real, cf.Future = cf.Future, Racing
+    try:
+        return d.request(kind, body)
+    finally:
+        cf.Future = real
+
+PROBE = {'config': None, 'verify': False}
+def answered(d):
+    try:
+        return 'answered %s' % d.call('probe', PROBE, 5).get('configured')
+    except DaemonError as exc:
+        return exc.code
+
+exits = []
+d = _daemon.Daemon(on_exit=exits.append)
+raced = racing_request(d, 'probe', PROBE)
+cf.wait([raced], 5)
+print(json.dumps({'raced': raced.cancelled(), 'next': answered(d)}))
+# EOF with a racing request and a plain one pending: the plain one fails at once.
+os.kill(d.proc.pid, signal.SIGSTOP)
+raced, plain = racing_request(d, 'probe', PROBE), d.request('probe', PROBE)
+os.kill(d.proc.pid, signal.SIGKILL)
+try:
+    plain.result(5)
+    outcome = 'answered'
+except DaemonError as exc:
+    outcome = exc.code
+except cf.TimeoutError:
+    outcome = 'still waiting'
+print(json.dumps({'raced': raced.cancelled(), 'plain': outcome, 'exits': len(exits),
+                  'after': answered(d)}))
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"raced": true, "next": "answered True"}),
+            serde_json::json!({"raced": true, "plain": "daemon_exited", "exits": 1,
+                                "after": "daemon_exited"}),
         ],
         "{out}"
     );

@@ -170,14 +170,26 @@ def is_response(frame):
     return "ok" in frame and "id" in frame
 
 
+def resolve(fut, result=None, error=None):
+    """Settles `fut` with `result`, or with `error` when one is given, unless it is already done.
+    Never raises: the gateway loop cancels a future whose `acall` timed out, and that cancel can
+    land between any check here and the set, which then raises InvalidStateError; raised in the
+    reader thread, it would end the thread and leave every later request unanswered."""
+    try:
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
+    except concurrent.futures.InvalidStateError:  # cancelled or settled meanwhile: nobody waits
+        pass
+
+
 def settle(fut, frame):
     """Resolves a request's future from its response: the body, or the error as DaemonError."""
-    if fut.done():
-        return
     if frame["ok"]:
-        fut.set_result(frame.get("body") or {})
+        resolve(fut, frame.get("body") or {})
     else:
-        fut.set_exception(DaemonError.of(frame.get("error") or {}))
+        resolve(fut, error=DaemonError.of(frame.get("error") or {}))
 
 
 # ----- the child -----
@@ -239,7 +251,7 @@ class Daemon:
             if not self.dead:
                 self.pending[rid] = fut
         if self.dead:
-            fut.set_exception(DaemonError.of(EXITED))
+            resolve(fut, error=DaemonError.of(EXITED))
             return fut
         try:
             queued = self.post(request_frame(kind, rid, body))
@@ -249,7 +261,7 @@ class Daemon:
         if failure is not None:
             with self.lock:
                 self.pending.pop(rid, None)
-            fut.set_exception(failure)
+            resolve(fut, error=failure)
         return fut
 
     def call(self, kind, body, timeout):
@@ -323,8 +335,7 @@ class Daemon:
         if self.on_exit is not None and not self.closing:  # before a waiting hello can close()
             self.on_exit(self)
         for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(DaemonError.of(EXITED))
+            resolve(fut, error=DaemonError.of(EXITED))
 
     def _stderr_loop(self):
         for raw in self.proc.stderr:
