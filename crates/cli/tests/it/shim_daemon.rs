@@ -8,6 +8,7 @@
 //! | a turn-less send whose every attempt failed ambiguously is stored once: Hermes' `_send_with_retry` does not send it again | hermes-host.md §8.4, reliability review H2 |
 //! | a turn-less send cut off by a daemon crash is resent to the respawned daemon and stored once | hermes-host.md §19.10, turns.md §4.6, reliability review H2 |
 //! | a response racing the cancel of its request's future does not kill the reader thread | hermes-host.md §19.4, reliability review M7 |
+//! | a failed background respawn is tried again on the backoff schedule, and counts toward the crash loop | hermes-host.md §19.10, reliability review H4 |
 
 use std::process::Command;
 
@@ -244,6 +245,62 @@ print(json.dumps({'raced': raced.cancelled(), 'plain': outcome, 'exits': len(exi
             serde_json::json!({"raced": true, "next": "answered True"}),
             serde_json::json!({"raced": true, "plain": "daemon_exited", "exits": 1,
                                 "after": "daemon_exited"}),
+        ],
+        "{out}"
+    );
+}
+
+/// Reliability review H4, hermes-host.md §19.10. The daemon dies while Canon is unreachable
+/// (`GET /agents/me` fails), so the background respawn's resync fails. With no daemon there is
+/// no Canon stream and no inbound message to trigger a spawn, so the shim itself must try again
+/// on its backoff schedule: once Canon is back, a respawned daemon holds the stream again. And
+/// while Canon stays down, the failed respawns count toward the crash loop, which Hermes is
+/// told about as a retryable fatal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_respawn_is_retried_and_counts_toward_the_crash_loop() {
+    let sim = sim().await;
+    let code = r#"
+import logging
+failures = []
+class Failures(logging.Handler):
+    def emit(self, record):
+        if 'respawn failed' in record.getMessage():
+            failures.append(record.getMessage())
+logging.getLogger('canon_hermes').addHandler(Failures())
+
+async def until(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return condition()
+
+async def main():
+    a = await connected()
+    me = {'type': 'status', 'status': 500}
+    # Canon is down when the daemon dies: the first respawn's resync fails.
+    SIM('faults', {'matcher': {'method': 'GET', 'path': '/agents/me'}, 'action': me})
+    first = SUPERVISOR.peek()
+    os.kill(first.proc.pid, signal.SIGKILL)
+    failed = await until(lambda: bool(failures), 20)
+    SIM('faults', None, 'DELETE')  # Canon is back
+    back = await until(lambda: SUPERVISOR.peek() not in (None, first), 20)
+    print(json.dumps({'failed_first': failed, 'respawned': back, 'fatal': a.fatal_error_code}))
+    # Canon down for good: every respawn fails, and five exits or failed respawns within the
+    # window make the crash loop.
+    SIM('faults', {'matcher': {'method': 'GET', 'path': '/agents/me'}, 'action': me})
+    os.kill(SUPERVISOR.peek().proc.pid, signal.SIGKILL)
+    await until(lambda: a.fatal_error_code is not None, 40)
+    print(json.dumps({'fatal': a.fatal_error_code, 'retryable': a.fatal_error_retryable,
+                      'halted': SUPERVISOR.halted, 'child': SUPERVISOR.peek() is not None}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"failed_first": true, "respawned": true, "fatal": null}),
+            serde_json::json!({"fatal": "daemon_crash_loop", "retryable": true, "halted": true,
+                                "child": false}),
         ],
         "{out}"
     );

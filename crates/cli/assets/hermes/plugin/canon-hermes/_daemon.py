@@ -352,6 +352,8 @@ class Supervisor:
         self.lock = threading.RLock()
         self.adapter = None  # the connected adapter, if any
         self.crashes, self.halted, self.crash_lock = [], False, threading.Lock()
+        self.exits = 0  # every exit and failed respawn counted so far (never pruned)
+        self.respawning = False  # a background respawn loop is running
 
     def peek(self):
         d = self.child
@@ -380,28 +382,62 @@ class Supervisor:
     async def aget(self):
         return self.peek() or await asyncio.to_thread(self.get)
 
-    def _crashed(self, _daemon):
-        """Counts an unexpected exit (reader thread; never takes `lock`, which a spawn waiting
-        for its hello may hold); schedules a background respawn, or declares a crash loop."""
+    def _count_exit(self):
+        """Counts one exit (or failed respawn) in the crash window; its number in the window."""
         now = time.monotonic()
         with self.crash_lock:
             self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW] + [now]
-            adapter, n = self.adapter, len(self.crashes)
-            self.halted = n >= CRASH_LIMIT
+            self.exits += 1
+            self.halted = len(self.crashes) >= CRASH_LIMIT
+            return len(self.crashes)
+
+    def _crashed(self, _daemon):
+        """Counts an unexpected exit (reader thread; never takes `lock`, which a spawn waiting
+        for its hello may hold); starts the background respawn, or declares a crash loop."""
+        n = self._count_exit()
         log.warning("canon-hermes daemon exited (%d exit(s) in %ds)", n, CRASH_WINDOW)
+        adapter = self.adapter
         if adapter is not None and self.halted:
             adapter._crash_loop()
         elif adapter is not None:
-            threading.Thread(target=self._respawn_later, args=(BACKOFF[min(n, len(BACKOFF)) - 1],),
-                             daemon=True).start()
+            with self.crash_lock:
+                if self.respawning:  # the running loop takes this exit over
+                    return
+                self.respawning = True
+            threading.Thread(target=self._respawn_loop, args=(n,), daemon=True).start()
 
-    def _respawn_later(self, delay):
-        time.sleep(delay)
-        if self.adapter is not None and not self.halted:
-            try:
-                self.get()
-            except Exception as exc:
-                log.warning("canon-hermes daemon respawn failed: %s", exc)
+    def _respawn_loop(self, n):
+        """Respawns the child after the n-th exit's backoff, and again on the schedule after each
+        failed attempt (Canon unreachable at the resync, a hello that timed out): no inbound
+        message can come while no child runs, so nothing else would ever try again. A failed
+        attempt counts toward the crash loop like an exit, unless the new child's own exit was
+        counted already (hermes-host.md §19.10)."""
+        try:
+            while True:
+                time.sleep(BACKOFF[min(n, len(BACKOFF)) - 1])
+                if self.adapter is None or self.halted:
+                    return
+                exits = self.exits
+                try:
+                    self.get()
+                except Exception as exc:
+                    log.warning("canon-hermes daemon respawn failed: %s", exc)
+                    n = self._count_exit() if self.exits == exits else len(self.crashes)
+                else:
+                    with self.crash_lock:
+                        if self.exits == exits:  # up; an exit from now on starts a new loop
+                            self.respawning = False
+                            return
+                    n = len(self.crashes)  # the new child exited already; its exit is ours
+                adapter = self.adapter
+                if adapter is not None and self.halted:
+                    log.warning("canon-hermes daemon keeps exiting: %d exit(s) or failed respawn(s) in %ds",
+                                n, CRASH_WINDOW)
+                    adapter._crash_loop()
+                    return
+        finally:
+            with self.crash_lock:
+                self.respawning = False
 
     def stop(self):
         with self.lock:
