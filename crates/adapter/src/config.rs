@@ -64,6 +64,14 @@ pub(crate) const SIGNAL_FRAMES: usize = 64;
 /// others wait for a permit in their own task).
 pub const MEDIA_CONCURRENCY: usize = 4;
 
+/// How long one inbound attachment may take to download in total
+/// (canon-wire.md §2.2 [target]); the default of
+/// [`Config::media_download_budget`]. The transport bounds each read of the
+/// body, not the whole of it: without this a server that drips one byte
+/// before every read timeout would hold a download permit, and its
+/// conversation's lane, for good. A download past it counts as failed.
+pub const MEDIA_DOWNLOAD_BUDGET: Duration = Duration::from_secs(90);
+
 /// Inbound messages waiting in conversation lanes at most (our number);
 /// at the cap the loop stops reading the event stream until one is sent.
 pub const MAX_PENDING_INBOUND: usize = 256;
@@ -211,6 +219,9 @@ pub struct Config {
     /// Poll interval of blocking clarifies and approvals ([`HITL_POLL`] in
     /// production; tests shorten it), kept between 50 ms and one hour.
     pub hitl_poll: Duration,
+    /// The total deadline of one inbound attachment's download
+    /// ([`MEDIA_DOWNLOAD_BUDGET`] in production; tests shorten it).
+    pub media_download_budget: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -240,6 +251,7 @@ impl std::fmt::Debug for Config {
             .field("clarify_timeout", &self.clarify_timeout)
             .field("approval_timeout", &self.approval_timeout)
             .field("hitl_poll", &self.hitl_poll)
+            .field("media_download_budget", &self.media_download_budget)
             .finish_non_exhaustive()
     }
 }

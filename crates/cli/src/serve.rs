@@ -204,7 +204,9 @@ fn resolver(
 /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` and `CANON_TURN_VERBOSITY` (checked at
 /// `adapter.connect`, where they win over the platform extras), `CANON_HOME`,
 /// `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS`, `CANON_HERMES_STATUS_INTERVAL_MS`,
-/// `CANON_HERMES_HITL_POLL_MS`, and `HERMES_CLARIFY_TIMEOUT` and `HERMES_APPROVAL_TIMEOUT`
+/// `CANON_HERMES_HITL_POLL_MS`, `CANON_HERMES_MEDIA_DOWNLOAD_MS` (the total deadline of one
+/// inbound attachment's download, default 90 s), and `HERMES_CLARIFY_TIMEOUT` and
+/// `HERMES_APPROVAL_TIMEOUT`
 /// (runtime-control.md §6.4, §6.5; default 300 s, 5..1,800 s). Each is read from the process
 /// environment, else `<HERMES_HOME>/.env`.
 fn config_from_env() -> Config {
@@ -254,6 +256,11 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
         clarify_timeout: hitl::timeout_from_env(env.get("HERMES_CLARIFY_TIMEOUT").as_deref()),
         approval_timeout: hitl::timeout_from_env(env.get("HERMES_APPROVAL_TIMEOUT").as_deref()),
         hitl_poll: interval_ms(env, "CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
+        media_download_budget: interval_ms(
+            env,
+            "CANON_HERMES_MEDIA_DOWNLOAD_MS",
+            config::MEDIA_DOWNLOAD_BUDGET,
+        ),
     };
     (config, error)
 }
