@@ -49,6 +49,15 @@ pub const DISPOSITION_RETRY_DELAYS: [Duration; 3] = [
     Duration::from_secs(30),
 ];
 
+/// Best-effort writes one conversation's lane holds at most (our number);
+/// beyond it further writes of that conversation are dropped with a
+/// warning (replies never are), so a hung endpoint cannot pile up memory.
+pub(crate) const MAX_LANE_WRITES: usize = 256;
+
+/// Conversation lanes kept while idle (our number); beyond it the idle ones
+/// are let go when a new one starts.
+pub(crate) const IDLE_LANES: usize = 64;
+
 /// Disposition releases retrying at once (our number); beyond it a failed
 /// release is only logged, so a Canon outage cannot pile up tasks.
 pub(crate) const MAX_DISPOSITION_RETRIES: usize = 256;

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
-use crate::canon::{client_for, deliver, failure, run_jobs, DeliveryResult, Job};
+use crate::canon::{client_for, deliver, failure, DeliveryResult, Writes};
 use crate::config::{
     CHANNEL_FRAMES, EXIT_GRACE, HANDOFF_DIR, MEDIA_CONCURRENCY, PARENT_CHECK, SIGNAL_FRAMES,
 };
@@ -53,8 +53,6 @@ where
     let reader = tokio::spawn(read_lines(input, line_tx));
     let (out_tx, out_rx) = mpsc::channel::<String>(CHANNEL_FRAMES);
     let writer = tokio::spawn(write_lines(output, out_rx));
-    let (job_tx, job_rx) = mpsc::channel::<Job>(1_024);
-    let worker = tokio::spawn(run_jobs(job_rx));
     let (done_tx, mut done_rx) = mpsc::channel::<(OpId, DeliveryResult)>(64);
     let (signal_tx, mut signal_rx) = mpsc::channel::<ConsumedSignal>(SIGNAL_FRAMES);
     let (signal_ids, _) = watch::channel(Vec::new());
@@ -83,8 +81,8 @@ where
     let mut driver = Driver {
         session: Session::new(session_config(&config)),
         config,
+        writes: Writes::new(out_tx.clone()),
         out: out_tx,
-        jobs: job_tx,
         done: done_tx,
         deliveries: JoinSet::new(),
         client: None,
@@ -200,16 +198,15 @@ where
     driver.upload_tasks.abort_all();
     let Driver {
         out,
-        jobs,
+        writes,
         stream,
         mut deliveries,
         ..
     } = driver;
     drop(stream);
-    drop(jobs);
     let finish = async {
         while deliveries.join_next().await.is_some() {}
-        let _ = worker.await;
+        writes.finish().await;
     };
     if tokio::time::timeout(EXIT_GRACE, finish).await.is_err() {
         tracing::warn!("in-flight Canon writes did not finish within the exit grace");
@@ -224,7 +221,9 @@ struct Driver {
     session: Session,
     config: Config,
     out: mpsc::Sender<String>,
-    jobs: mpsc::Sender<Job>,
+    /// The best-effort Canon writes, one ordered lane per conversation,
+    /// and the replies that follow them.
+    writes: Writes,
     done: mpsc::Sender<(OpId, DeliveryResult)>,
     deliveries: JoinSet<()>,
     client: Option<CanonClient>,
@@ -314,6 +313,7 @@ impl Driver {
     /// back here, and the effects of that report are performed before the
     /// rest, as if the I/O had been inline.
     pub(super) async fn handle(&mut self, input: SessionInput) {
+        self.writes.begin_input();
         let mut queue: VecDeque<SessionEffect> =
             self.session.handle(input, now_ms(), random_u128()).into();
         while let Some(effect) = queue.pop_front() {
@@ -331,15 +331,9 @@ impl Driver {
         match effect {
             SessionEffect::Frame(line) => self.send_line(line).await,
             SessionEffect::Reply(line) => {
-                // Behind the Canon writes already queued: a reply must not
-                // overtake the writes it follows.
-                let job = Job::Respond {
-                    out: self.out.clone(),
-                    line,
-                };
-                if let Err(mpsc::error::SendError(Job::Respond { line, .. })) =
-                    self.jobs.send(job).await
-                {
+                // Behind the Canon writes this input queued before it: a
+                // reply must not overtake the writes it follows.
+                if let Some(line) = self.writes.reply(line) {
                     self.send_line(line).await;
                 }
             }
@@ -365,11 +359,7 @@ impl Driver {
             // network I/O before `adapter.connect` or a durable send,
             // hermes-host.md §19.3).
             SessionEffect::Canon(effect) => match self.client.clone() {
-                Some(client) => {
-                    if self.jobs.send(Job::Write { client, effect }).await.is_err() {
-                        tracing::warn!("Canon write worker is gone");
-                    }
-                }
+                Some(client) => self.writes.write(client, effect),
                 None => tracing::debug!("best-effort write skipped: not connected"),
             },
             SessionEffect::CancelHitl(keys) => self.cancel_hitl(keys),
