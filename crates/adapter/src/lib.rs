@@ -29,8 +29,10 @@
 //!   before it, so one slow conversation delays no other; queuing never
 //!   waits; `adapter.connect` pauses the loop; the
 //!   stream is not read while too many inbound messages wait in lanes;
-//!   every report has its own bounded channel; at exit the tasks are
-//!   aborted and deliveries drained within `config::EXIT_GRACE`.
+//!   every report has its own bounded channel; at exit (stdin EOF, parent
+//!   gone, or the shutdown future the binary hands in on SIGTERM or SIGINT)
+//!   the tasks are aborted and deliveries drained within
+//!   `config::EXIT_GRACE`.
 //! * Never panics on outside input; secrets never appear in `Debug` output
 //!   or logs.
 //! * Depends on `canon-host`, `canon-wire`, `canon-chunking`,

@@ -2,8 +2,8 @@
 //! Reads its configuration from the environment (credentials through `canon_profiles`, the
 //! resolver `setup` and `doctor` share), gives the adapter a resolver for the platform config
 //! that `adapter.connect` and a `probe` may carry (cli.md §5.1), installs the stderr log
-//! subscriber and runs `canon_adapter::run` over stdin and stdout. The API key never reaches a
-//! log line.
+//! subscriber and runs `canon_adapter::run` over stdin and stdout until EOF, SIGTERM or SIGINT.
+//! The API key never reaches a log line.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -278,6 +278,27 @@ pub(crate) fn install_logging() {
         .try_init();
 }
 
+/// Resolves with the signal's name at the first SIGTERM or SIGINT, which then end the daemon
+/// as stdin EOF does (in-flight Canon writes get the exit grace) instead of killing it
+/// mid-write (hermes-host.md §19.3; reliability review M4). Never resolves when the handlers
+/// cannot be installed (logged).
+async fn termination() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        },
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::warn!(%error, "SIGTERM and SIGINT kill the daemon: no handler installed");
+            std::future::pending().await
+        }
+    }
+}
+
 /// `serve [--stdio]`; returns the exit code.
 pub(crate) fn serve_command(args: &[&str]) -> u8 {
     if args != ["--stdio"] {
@@ -305,6 +326,7 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
         config,
         tokio::io::BufReader::new(tokio::io::stdin()),
         tokio::io::stdout(),
+        termination(),
     ));
     // Background tasks (the SSE stream) must not keep the process alive after EOF.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

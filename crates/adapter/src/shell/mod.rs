@@ -41,14 +41,19 @@ mod probe;
 
 pub(crate) use connection::verify_environment;
 
-/// Runs the daemon until `input` reaches EOF or the process
-/// [`Config::parent_pid`] is gone; returns the process exit code (0,
-/// or [`EXIT_UNSUPPORTED_PROTOCOL`] after a failed version negotiation).
-pub async fn run<R, W>(config: Config, input: R, output: W) -> i32
+/// Runs the daemon until `input` reaches EOF, the process
+/// [`Config::parent_pid`] is gone or `shutdown` resolves (the binary's
+/// SIGTERM or SIGINT, with its name as the reason logged); each ends it the
+/// same way, in-flight Canon writes getting [`EXIT_GRACE`]. Returns the
+/// process exit code (0, or [`EXIT_UNSUPPORTED_PROTOCOL`] after a failed
+/// version negotiation).
+pub async fn run<R, W, S>(config: Config, input: R, output: W, shutdown: S) -> i32
 where
     R: AsyncBufRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
+    S: std::future::Future<Output = &'static str>,
 {
+    let mut shutdown = std::pin::pin!(shutdown);
     let (line_tx, mut line_rx) = mpsc::channel::<Line>(CHANNEL_FRAMES);
     let reader = tokio::spawn(read_lines(input, line_tx));
     let (out_tx, out_rx) = mpsc::channel::<String>(CHANNEL_FRAMES);
@@ -180,6 +185,10 @@ where
                 continue;
             }
             () = sleep => SessionInput::Timeout,
+            reason = &mut shutdown => {
+                exit_reason = reason;
+                break;
+            }
         };
         driver.handle(input).await;
         if driver.session.exit_code.is_some() {
@@ -211,6 +220,8 @@ where
     if tokio::time::timeout(EXIT_GRACE, finish).await.is_err() {
         tracing::warn!("in-flight Canon writes did not finish within the exit grace");
     }
+    // What is still running is abandoned: none of it may hold the writer open.
+    drop(deliveries);
     drop(out);
     let _ = writer.await;
     exit_code

@@ -9,7 +9,9 @@
 //! | a turn-less send cut off by a daemon crash is resent to the respawned daemon and stored once | hermes-host.md §19.10, turns.md §4.6, reliability review H2 |
 //! | a response racing the cancel of its request's future does not kill the reader thread | hermes-host.md §19.4, reliability review M7 |
 //! | a failed background respawn is tried again on the backoff schedule, and counts toward the crash loop | hermes-host.md §19.10, reliability review H4 |
+//! | the daemon runs in a process group of its own, so the terminal's Ctrl-C reaches only the gateway; a daemon that exits while the gateway stops is not respawned | hermes-host.md §19.3, §19.10, reliability review M4 |
 
+use std::os::unix::process::CommandExt as _;
 use std::process::Command;
 
 use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
@@ -69,7 +71,9 @@ async fn shim_python(sim: &SimHandle, code: &str) -> String {
         }
         install_shim(&installed);
         let prelude = shim_prelude(&installed.join("plugins/canon-hermes"));
+        // A process group of its own, so a test may signal its group without reaching cargo.
         let out = Command::new(hermes_python())
+            .process_group(0)
             .args(["-c", &format!("{prelude}{PRELUDE}{code}")])
             .env("HERMES_HOME", &hermes_home)
             .env("HOME", home.path())
@@ -301,6 +305,61 @@ asyncio.run(main())
             serde_json::json!({"failed_first": true, "respawned": true, "fatal": null}),
             serde_json::json!({"fatal": "daemon_crash_loop", "retryable": true, "halted": true,
                                 "child": false}),
+        ],
+        "{out}"
+    );
+}
+
+/// Reliability review M4, hermes-host.md §19.3 and §19.10. The shim starts the daemon in a
+/// session and process group of its own, so a SIGINT to the gateway's process group (Ctrl-C in
+/// its terminal) reaches the gateway alone, which then closes the daemon in order. And once
+/// the gateway has begun to stop (its runner is `_draining`), a daemon that exits (systemd
+/// signals the whole control group) is not respawned, neither in the background nor for a send.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_has_its_own_process_group_and_is_not_respawned_while_the_gateway_stops() {
+    let sim = sim().await;
+    let code = r#"
+import logging
+stopping = []
+class Stopping(logging.Handler):
+    def emit(self, record):
+        if 'while the gateway stops' in record.getMessage():
+            stopping.append(record.getMessage())
+logging.getLogger('canon_hermes').addHandler(Stopping())
+logging.getLogger('canon_hermes').setLevel(logging.INFO)
+
+async def main():
+    a = await connected()
+    first = SUPERVISOR.peek()
+    own = os.getpgid(first.proc.pid) != os.getpgid(0)
+    signal.signal(signal.SIGINT, lambda *_: None)  # this process's own Ctrl-C is a no-op
+    os.killpg(os.getpgid(0), signal.SIGINT)
+    try:
+        alive = 'answered %s' % first.call('probe', {'config': None, 'verify': False}, 5).get('configured')
+    except DaemonError as exc:
+        alive = exc.code
+    print(json.dumps({'own_group': own, 'after_ctrl_c': alive}))
+    # The gateway begins to stop, then systemd's SIGTERM reaches the daemon too.
+    a._runner = type('Runner', (), {'_draining': True})()
+    os.kill(first.proc.pid, signal.SIGTERM)
+    first.proc.wait(10)
+    r = await a.send(CHAT, 'a notice during the stop')
+    deadline = time.monotonic() + 10
+    while not stopping and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    print(json.dumps({'exit': first.proc.returncode, 'noted': bool(stopping), 'send': r.error,
+                      'respawned': SUPERVISOR.child is not first or SUPERVISOR.respawning,
+                      'crashes': len(SUPERVISOR.crashes)}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"own_group": true, "after_ctrl_c": "answered True"}),
+            serde_json::json!({"exit": 0, "noted": true,
+                                "send": "canon-hermes daemon exited while the gateway stops",
+                                "respawned": false, "crashes": 0}),
         ],
         "{out}"
     );

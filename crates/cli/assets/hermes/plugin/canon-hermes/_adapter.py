@@ -164,6 +164,12 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
                TIMEOUTS["resync"])
         log.info("canon-hermes daemon respawned; resynced %d open turn(s)", len(turns))
 
+    def _gateway_stopping(self):
+        """Whether Hermes' gateway runner has begun its stop (`_draining`, set first thing in
+        `GatewayRunner.stop`): the supervisor then respawns no daemon (hermes-host.md §19.10)."""
+        runner = getattr(self, "gateway_runner", None) or self._runner
+        return getattr(runner, "_draining", False) is True
+
     def _crash_loop(self):
         def fatal():
             self._set_fatal_error("daemon_crash_loop", CRASH_LOOP, retryable=True)

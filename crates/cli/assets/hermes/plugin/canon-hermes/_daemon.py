@@ -41,6 +41,7 @@ MULTIPLEX_UNKNOWN = (
     "so startup was refused."
 )
 CRASH_LOOP = "canon-hermes daemon keeps exiting; see gateway.log"
+STOPPING = "canon-hermes daemon exited while the gateway stops"
 BACKOFF = (0.5, 1, 2, 4, 8, 16, 30)  # seconds before the n-th background respawn
 CRASH_LIMIT, CRASH_WINDOW = 5, 300  # that many exits within that many seconds = crash loop
 KILL_WAIT = 2  # seconds from SIGTERM to SIGKILL
@@ -201,8 +202,10 @@ class Daemon:
         home = os.environ.get("HERMES_HOME") or str(Path.home() / ".hermes")
         env = dict(os.environ, HERMES_HOME=home, CANON_HERMES_SHIM_PROTOCOL=str(PROTOCOL),
                    CANON_HERMES_PARENT_PID=str(os.getpid()))
+        # A session (and process group) of its own: the terminal's Ctrl-C goes to the gateway, which
+        # then closes the daemon's stdin, instead of killing the daemon mid-write at the same time.
         self.proc = subprocess.Popen([binary(), "serve", "--stdio"], cwd=home, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.ids, self.pending, self.lock = itertools.count(1), {}, threading.Lock()
         self.out = queue.Queue(maxsize=QUEUE_FRAMES)
         self.handler = None  # callable(frame) for daemon-originated frames
@@ -369,6 +372,8 @@ class Supervisor:
             if self.halted and not new_attempt:
                 raise DaemonError("daemon_crash_loop", CRASH_LOOP, True)
             respawn, adapter = self.child is not None, self.adapter
+            if respawn and self._gateway_stopping():
+                raise DaemonError(DAEMON_EXITED, STOPPING)
             d = Daemon(self._crashed)
             if respawn and adapter is not None:
                 try:
@@ -391,9 +396,19 @@ class Supervisor:
             self.halted = len(self.crashes) >= CRASH_LIMIT
             return len(self.crashes)
 
+    def _gateway_stopping(self):
+        """Whether the connected adapter's gateway is stopping (hermes-host.md §19.10): a daemon
+        that exits then (systemd signals the whole control group) is not respawned."""
+        adapter = self.adapter
+        return adapter is not None and bool(getattr(adapter, "_gateway_stopping", lambda: False)())
+
     def _crashed(self, _daemon):
         """Counts an unexpected exit (reader thread; never takes `lock`, which a spawn waiting
-        for its hello may hold); starts the background respawn, or declares a crash loop."""
+        for its hello may hold); starts the background respawn, or declares a crash loop. An exit
+        while the gateway stops is neither counted nor respawned."""
+        if self._gateway_stopping():
+            log.info("canon-hermes daemon exited while the gateway stops; not respawned")
+            return
         n = self._count_exit()
         log.warning("canon-hermes daemon exited (%d exit(s) in %ds)", n, CRASH_WINDOW)
         adapter = self.adapter
@@ -415,7 +430,7 @@ class Supervisor:
         try:
             while True:
                 time.sleep(BACKOFF[min(n, len(BACKOFF)) - 1])
-                if self.adapter is None or self.halted:
+                if self.adapter is None or self.halted or self._gateway_stopping():
                     return
                 exits = self.exits
                 try:
