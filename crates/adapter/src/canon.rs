@@ -1,110 +1,288 @@
-//! Canon writes: the one in-order worker for best-effort writes (and the
-//! replies that must queue behind them), the background disposition
-//! retries, and a durable delivery sent call by call.
+//! Canon writes: the best-effort writes, in one ordered lane per
+//! conversation (with the replies that must queue behind them), the
+//! background disposition retries, and a durable delivery sent call by call.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use canon_host::delivery;
 use canon_host::turn::{Delivery, DeliveryFailure, Effect};
 use canon_transport::{CanonClient, ClientConfig, DurableRequest, TransportError};
-use canon_wire::types::{delivered_message_id, DurableCall, NoReplyRecord};
-use tokio::sync::mpsc;
+use canon_wire::types::{delivered_message_id, DurableCall, NoReplyRecord, StreamingUpdate};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
-use crate::config::{DISPOSITION_RETRY_DELAYS, MAX_DISPOSITION_RETRIES, NO_REPLY_RECORD_BUDGET};
+use crate::config::{
+    DISPOSITION_RETRY_DELAYS, IDLE_LANES, MAX_DISPOSITION_RETRIES, MAX_LANE_WRITES,
+    NO_REPLY_RECORD_BUDGET,
+};
 use crate::Config;
 
-/// Work for the in-order worker.
-pub(crate) enum Job {
+/// Work for one conversation's lane, done in order.
+enum LaneJob {
     /// A best-effort Canon write.
     Write { client: CanonClient, effect: Effect },
-    /// A response line to the shim, written only after every earlier write
-    /// finished (the closing publish happens inside `turn.complete`).
-    Respond {
-        out: mpsc::Sender<String>,
-        line: String,
-    },
+    /// A response line to the shim, written once every earlier write of
+    /// the lane finished (the closing publish happens inside `turn.complete`).
+    Respond(String),
+    /// Signalled once every earlier write of the lane finished.
+    Barrier(oneshot::Sender<()>),
 }
 
-pub(crate) async fn run_jobs(mut rx: mpsc::Receiver<Job>) {
-    let retrying = Arc::new(AtomicUsize::new(0));
-    while let Some(job) = rx.recv().await {
-        let (client, effect) = match job {
-            Job::Write { client, effect } => (client, effect),
-            Job::Respond { out, line } => {
-                if out.send(line).await.is_err() {
-                    tracing::debug!("stdout writer is gone; frame dropped");
-                }
-                continue;
-            }
-        };
-        let (what, result) = match &effect {
-            Effect::PublishTurn(update) => ("runtime turn", client.publish_turn(update).await),
-            Effect::Streaming(update) => ("streaming", client.streaming(update).await),
-            Effect::Typing(typing) => ("typing", client.set_typing(typing).await),
-            Effect::MarkRead { conversation_id } => {
-                ("read", client.mark_read(conversation_id).await)
-            }
-            Effect::AckDisposition {
-                conversation_id,
-                message_id,
-            } => {
-                let Err(error) = client.accept_disposition(conversation_id, message_id).await
-                else {
-                    continue;
-                };
-                // The retries sleep for up to 40 s; they run beside the
-                // worker so later writes keep their pace and order.
-                if retrying.fetch_add(1, Ordering::Relaxed) < MAX_DISPOSITION_RETRIES {
-                    tracing::debug!(
-                        conversation_id,
-                        message_id,
-                        %error,
-                        "disposition release failed; retrying in the background"
-                    );
-                    let retrying = Arc::clone(&retrying);
-                    let (conversation_id, message_id) =
-                        (conversation_id.clone(), message_id.clone());
-                    tokio::spawn(async move {
-                        retry_disposition(&client, &conversation_id, &message_id).await;
-                        retrying.fetch_sub(1, Ordering::Relaxed);
-                    });
-                } else {
-                    retrying.fetch_sub(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        conversation_id,
-                        message_id,
-                        %error,
-                        "disposition release failed; too many retries pending"
-                    );
-                }
-                continue;
-            }
-            Effect::RecordNoReply {
-                conversation_id,
-                message_id,
-                reason_given,
-            } => {
-                let (envelope, value) = NoReplyRecord {
-                    conversation_id: conversation_id.clone(),
-                    message_id: message_id.clone(),
-                    reason_given: *reason_given,
-                }
-                .envelope_and_value();
-                let call = client.execute_verb("no_reply", envelope, value);
-                match tokio::time::timeout(NO_REPLY_RECORD_BUDGET, call).await {
-                    Ok(result) => ("no_reply record", result.map(drop)),
-                    Err(_) => {
-                        tracing::debug!("no_reply record exceeded its budget");
-                        continue;
-                    }
-                }
-            }
-            _ => continue,
-        };
-        if let Err(error) = result {
-            tracing::warn!(what, %error, "best-effort Canon write failed");
+/// One conversation's lane: its queue and how many jobs it holds (queued
+/// or running).
+struct Lane {
+    jobs: mpsc::UnboundedSender<LaneJob>,
+    held: Arc<AtomicUsize>,
+}
+
+/// The best-effort Canon writes, one ordered lane (and task) per
+/// conversation, so a slow or hung endpoint in one conversation delays
+/// only that conversation's writes and replies; nothing here ever waits, so
+/// the select loop never blocks on a queue. A reply to a shim request
+/// queues behind the writes the same input made before it, in their
+/// conversations (the writes it follows); a reply that follows none goes
+/// out at once. A lane holding [`MAX_LANE_WRITES`] drops further writes
+/// (they are best effort) but never a reply.
+pub(crate) struct Writes {
+    out: mpsc::Sender<String>,
+    lanes: HashMap<String, Lane>,
+    tasks: JoinSet<()>,
+    /// Disposition releases retrying in the background, of every lane.
+    retrying: Arc<AtomicUsize>,
+    /// The conversations the current input wrote to so far, in order.
+    touched: Vec<String>,
+}
+
+impl Writes {
+    /// No lanes yet; replies go to `out`.
+    pub(crate) fn new(out: mpsc::Sender<String>) -> Writes {
+        Writes {
+            out,
+            lanes: HashMap::new(),
+            tasks: JoinSet::new(),
+            retrying: Arc::new(AtomicUsize::new(0)),
+            touched: Vec::new(),
         }
+    }
+
+    /// A new input begins: its replies follow only its own writes.
+    pub(crate) fn begin_input(&mut self) {
+        self.touched.clear();
+    }
+
+    /// Queues a best-effort write in its conversation's lane.
+    pub(crate) fn write(&mut self, client: CanonClient, effect: Effect) {
+        let conversation = write_conversation(&effect).to_owned();
+        if !self.touched.contains(&conversation) {
+            self.touched.push(conversation.clone());
+        }
+        let lane = self.lane(&conversation);
+        if lane.held.load(Ordering::Relaxed) >= MAX_LANE_WRITES {
+            tracing::warn!(
+                conversation_id = %conversation,
+                "best-effort Canon write dropped: too many queued in its conversation"
+            );
+            return;
+        }
+        let (jobs, held) = (lane.jobs.clone(), Arc::clone(&lane.held));
+        push(&jobs, &held, LaneJob::Write { client, effect });
+    }
+
+    /// Writes `line` once the writes this input made before it finished:
+    /// `Some(line)` when it follows none and is the caller's to write now.
+    pub(crate) fn reply(&mut self, line: String) -> Option<String> {
+        match self.touched.as_slice() {
+            [] => Some(line),
+            [conversation] => {
+                let conversation = conversation.clone();
+                let lane = self.lane(&conversation);
+                let (jobs, held) = (lane.jobs.clone(), Arc::clone(&lane.held));
+                push(&jobs, &held, LaneJob::Respond(line));
+                None
+            }
+            several => {
+                let several = several.to_vec();
+                let mut barriers = Vec::with_capacity(several.len());
+                for conversation in &several {
+                    let (done, waited) = oneshot::channel();
+                    let lane = self.lane(conversation);
+                    let (jobs, held) = (lane.jobs.clone(), Arc::clone(&lane.held));
+                    push(&jobs, &held, LaneJob::Barrier(done));
+                    barriers.push(waited);
+                }
+                let out = self.out.clone();
+                self.tasks.spawn(async move {
+                    for barrier in barriers {
+                        // A lane that is gone has nothing left to wait for.
+                        let _ = barrier.await;
+                    }
+                    send_out(&out, line).await;
+                });
+                None
+            }
+        }
+    }
+
+    /// Waits until every lane has done its queued work (the caller bounds
+    /// the wait with the exit grace).
+    pub(crate) async fn finish(mut self) {
+        self.lanes.clear();
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// The lane of `conversation`, started when it has none. Idle lanes are
+    /// let go once there are more than [`IDLE_LANES`]: dropping an idle
+    /// lane's sender ends its task, and a later write starts a new one.
+    fn lane(&mut self, conversation: &str) -> &Lane {
+        while self.tasks.try_join_next().is_some() {}
+        if !self.lanes.contains_key(conversation) {
+            if self.lanes.len() >= IDLE_LANES {
+                self.lanes
+                    .retain(|_, lane| lane.held.load(Ordering::Relaxed) > 0);
+            }
+            let (jobs, rx) = mpsc::unbounded_channel();
+            let held = Arc::new(AtomicUsize::new(0));
+            self.tasks.spawn(run_lane(
+                rx,
+                Arc::clone(&held),
+                self.out.clone(),
+                Arc::clone(&self.retrying),
+            ));
+            self.lanes
+                .insert(conversation.to_owned(), Lane { jobs, held });
+        }
+        &self.lanes[conversation]
+    }
+}
+
+/// Queues `job`, counting it as held until its lane has done it.
+fn push(jobs: &mpsc::UnboundedSender<LaneJob>, held: &AtomicUsize, job: LaneJob) {
+    held.fetch_add(1, Ordering::Relaxed);
+    if jobs.send(job).is_err() {
+        held.fetch_sub(1, Ordering::Relaxed);
+        tracing::warn!("Canon write lane is gone");
+    }
+}
+
+async fn send_out(out: &mpsc::Sender<String>, line: String) {
+    if out.send(line).await.is_err() {
+        tracing::debug!("stdout writer is gone; frame dropped");
+    }
+}
+
+/// The conversation a best-effort write goes to.
+fn write_conversation(effect: &Effect) -> &str {
+    match effect {
+        Effect::PublishTurn(update) => &update.conversation_id,
+        Effect::Streaming(
+            StreamingUpdate::Set {
+                conversation_id, ..
+            }
+            | StreamingUpdate::Blank {
+                conversation_id, ..
+            }
+            | StreamingUpdate::Clear { conversation_id },
+        ) => conversation_id,
+        Effect::Typing(typing) => &typing.conversation_id,
+        Effect::MarkRead { conversation_id }
+        | Effect::AckDisposition {
+            conversation_id, ..
+        }
+        | Effect::RecordNoReply {
+            conversation_id, ..
+        }
+        | Effect::PauseTyping { conversation_id }
+        | Effect::ResumeTyping { conversation_id } => conversation_id,
+        Effect::Deliver(delivery) => &delivery.conversation_id,
+        Effect::Reply { .. } => "",
+    }
+}
+
+/// One conversation's lane: its jobs in order, one at a time.
+async fn run_lane(
+    mut jobs: mpsc::UnboundedReceiver<LaneJob>,
+    held: Arc<AtomicUsize>,
+    out: mpsc::Sender<String>,
+    retrying: Arc<AtomicUsize>,
+) {
+    while let Some(job) = jobs.recv().await {
+        match job {
+            LaneJob::Write { client, effect } => write_one(client, effect, &retrying).await,
+            LaneJob::Respond(line) => send_out(&out, line).await,
+            LaneJob::Barrier(done) => {
+                let _ = done.send(());
+            }
+        }
+        held.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Performs one best-effort write; a failure is logged.
+async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsize>) {
+    let (what, result) = match &effect {
+        Effect::PublishTurn(update) => ("runtime turn", client.publish_turn(update).await),
+        Effect::Streaming(update) => ("streaming", client.streaming(update).await),
+        Effect::Typing(typing) => ("typing", client.set_typing(typing).await),
+        Effect::MarkRead { conversation_id } => ("read", client.mark_read(conversation_id).await),
+        Effect::AckDisposition {
+            conversation_id,
+            message_id,
+        } => {
+            let Err(error) = client.accept_disposition(conversation_id, message_id).await else {
+                return;
+            };
+            // The retries sleep for up to 40 s; they run beside the lane
+            // so later writes keep their pace and order.
+            if retrying.fetch_add(1, Ordering::Relaxed) < MAX_DISPOSITION_RETRIES {
+                tracing::debug!(
+                    conversation_id,
+                    message_id,
+                    %error,
+                    "disposition release failed; retrying in the background"
+                );
+                let retrying = Arc::clone(retrying);
+                let (conversation_id, message_id) = (conversation_id.clone(), message_id.clone());
+                tokio::spawn(async move {
+                    retry_disposition(&client, &conversation_id, &message_id).await;
+                    retrying.fetch_sub(1, Ordering::Relaxed);
+                });
+            } else {
+                retrying.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(
+                    conversation_id,
+                    message_id,
+                    %error,
+                    "disposition release failed; too many retries pending"
+                );
+            }
+            return;
+        }
+        Effect::RecordNoReply {
+            conversation_id,
+            message_id,
+            reason_given,
+        } => {
+            let (envelope, value) = NoReplyRecord {
+                conversation_id: conversation_id.clone(),
+                message_id: message_id.clone(),
+                reason_given: *reason_given,
+            }
+            .envelope_and_value();
+            let call = client.execute_verb("no_reply", envelope, value);
+            match tokio::time::timeout(NO_REPLY_RECORD_BUDGET, call).await {
+                Ok(result) => ("no_reply record", result.map(drop)),
+                Err(_) => {
+                    tracing::debug!("no_reply record exceeded its budget");
+                    return;
+                }
+            }
+        }
+        _ => return,
+    };
+    if let Err(error) = result {
+        tracing::warn!(what, %error, "best-effort Canon write failed");
     }
 }
 
@@ -182,4 +360,62 @@ pub(crate) async fn deliver(client: CanonClient, delivery: Delivery) -> Delivery
 /// The ledger's view of a transport failure (`canon_host::delivery`).
 pub(crate) fn failure(error: &TransportError) -> DeliveryFailure {
     delivery::classify_failure(error.kind(), error.to_string(), error.is_retryable())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use canon_wire::secret::ApiKey;
+
+    /// A Canon that accepts connections and never answers.
+    fn hung_canon() -> CanonClient {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().collect();
+            drop(held);
+        });
+        CanonClient::new(ClientConfig::new(&url, &url, ApiKey::new("k"))).expect("a client")
+    }
+
+    fn read(conversation: &str) -> Effect {
+        Effect::MarkRead {
+            conversation_id: conversation.to_owned(),
+        }
+    }
+
+    /// Reliability review M3: queuing never waits, a hung conversation holds at most
+    /// [`MAX_LANE_WRITES`] writes (later ones are dropped, a reply never is), its reply waits
+    /// behind its writes, and a reply that follows no write of its input goes out at once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_hung_lane_is_capped_and_holds_only_its_own_replies() {
+        let client = hung_canon();
+        let (out, mut lines) = mpsc::channel(8);
+        let mut writes = Writes::new(out);
+        writes.begin_input();
+        for _ in 0..MAX_LANE_WRITES + 10 {
+            writes.write(client.clone(), read("hung"));
+        }
+        let held = |writes: &Writes| writes.lanes["hung"].held.load(Ordering::Relaxed);
+        assert_eq!(held(&writes), MAX_LANE_WRITES);
+        assert_eq!(writes.reply("after the hung writes".to_owned()), None);
+        assert_eq!(
+            held(&writes),
+            MAX_LANE_WRITES + 1,
+            "the reply is never dropped"
+        );
+        writes.begin_input();
+        assert_eq!(
+            writes.reply("follows nothing".to_owned()).as_deref(),
+            Some("follows nothing")
+        );
+        // A reply following writes of two conversations waits for both lanes.
+        writes.write(client.clone(), read("other"));
+        writes.write(client, read("hung"));
+        assert_eq!(writes.reply("after both".to_owned()), None);
+        assert!(
+            lines.try_recv().is_err(),
+            "nothing behind the hung lane went out"
+        );
+    }
 }

@@ -49,6 +49,15 @@ pub const DISPOSITION_RETRY_DELAYS: [Duration; 3] = [
     Duration::from_secs(30),
 ];
 
+/// Best-effort writes one conversation's lane holds at most (our number);
+/// beyond it further writes of that conversation are dropped with a
+/// warning (replies never are), so a hung endpoint cannot pile up memory.
+pub(crate) const MAX_LANE_WRITES: usize = 256;
+
+/// Conversation lanes kept while idle (our number); beyond it the idle ones
+/// are let go when a new one starts.
+pub(crate) const IDLE_LANES: usize = 64;
+
 /// Disposition releases retrying at once (our number); beyond it a failed
 /// release is only logged, so a Canon outage cannot pile up tasks.
 pub(crate) const MAX_DISPOSITION_RETRIES: usize = 256;
@@ -67,6 +76,14 @@ pub(crate) const SIGNAL_FRAMES: usize = 64;
 /// Inbound messages materializing their media at once (our number; the
 /// others wait for a permit in their own task).
 pub const MEDIA_CONCURRENCY: usize = 4;
+
+/// How long one inbound attachment may take to download in total
+/// (canon-wire.md §2.2 [target]); the default of
+/// [`Config::media_download_budget`]. The transport bounds each read of the
+/// body, not the whole of it: without this a server that drips one byte
+/// before every read timeout would hold a download permit, and its
+/// conversation's lane, for good. A download past it counts as failed.
+pub const MEDIA_DOWNLOAD_BUDGET: Duration = Duration::from_secs(90);
 
 /// Inbound messages waiting in conversation lanes at most (our number);
 /// at the cap the loop stops reading the event stream until one is sent.
@@ -230,6 +247,9 @@ pub struct Config {
     /// production): added to every clock read, so a successor daemon starts "later" and the
     /// leases its killed predecessor held have run out.
     pub clock_offset_ms: u64,
+    /// The total deadline of one inbound attachment's download
+    /// ([`MEDIA_DOWNLOAD_BUDGET`] in production; tests shorten it).
+    pub media_download_budget: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -262,6 +282,7 @@ impl std::fmt::Debug for Config {
             .field("card_wait", &self.card_wait)
             .field("crash_point", &self.crash_point)
             .field("clock_offset_ms", &self.clock_offset_ms)
+            .field("media_download_budget", &self.media_download_budget)
             .finish_non_exhaustive()
     }
 }

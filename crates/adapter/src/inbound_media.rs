@@ -5,7 +5,7 @@
 
 use std::io::{self, Write as _};
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use std::sync::Arc;
 
@@ -23,12 +23,14 @@ use crate::env::random_u128;
 /// runtime-control.md §8.5 counts and the trusted captures. Nothing here
 /// fails the message: a failed attachment is skipped and counted
 /// unavailable when the scope says so, and then a trusted batch is dropped
-/// whole (fail closed).
+/// whole (fail closed). Each download has `budget` in total
+/// ([`crate::config::MEDIA_DOWNLOAD_BUDGET`]); one past it counts as failed.
 pub(crate) async fn materialize(
     downloader: Option<&MediaDownloader>,
     dir: Option<&Path>,
     scope: TrustedScope,
     attachments: &[Value],
+    budget: Duration,
 ) -> (Vec<InboundMedia>, MediaCounts, CaptureBatch) {
     // runtime-control.md §8.3: without a live Canon client nothing is downloaded.
     let Some(downloader) = downloader else {
@@ -58,9 +60,16 @@ pub(crate) async fn materialize(
             failed(&mut counts);
             continue;
         };
-        let downloaded = match downloader.download(url).await {
-            Ok(downloaded) => downloaded,
-            Err(error) => {
+        let downloaded = match tokio::time::timeout(budget, downloader.download(url)).await {
+            Ok(Ok(downloaded)) => downloaded,
+            Err(_) => {
+                let url = safe_url(url);
+                let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+                tracing::warn!(index, %url, budget_ms, "inbound attachment download took too long");
+                failed(&mut counts);
+                continue;
+            }
+            Ok(Err(error)) => {
                 // An HTTP failure is logged by status only: its body is the
                 // media server's, not ours to copy into logs.
                 let error = match error.status() {

@@ -14,8 +14,8 @@
 //!
 //! Layout: `shell` is the select loop and the driver's methods, split by
 //! concern (`requests`, `stream`, `media`, `hitl`); `stdio` the line reader
-//! and writer; `canon` the in-order best-effort worker and durable
-//! deliveries; `tasks` the background tasks and their reports;
+//! and writer; `canon` the best-effort writes (one ordered lane per
+//! conversation) and durable deliveries; `tasks` the background tasks and their reports;
 //! `inbound_media` downloads and hand-off files; `outbound` uploads; `env`
 //! the clock and randomness.
 //!
@@ -24,11 +24,15 @@
 //! * Only this crate (and the binary) uses tokio, reads the clock and draws
 //!   randomness for the daemon; the pure core gets `now_ms` and fresh
 //!   `u128`s.
-//! * Best-effort Canon writes stay on one in-order worker, and replies to
-//!   turn requests queue behind them; `adapter.connect` pauses the loop; the
+//! * Best-effort Canon writes stay in order in their conversation's lane,
+//!   and a reply to a turn request queues behind the writes its input made
+//!   before it, so one slow conversation delays no other; queuing never
+//!   waits; `adapter.connect` pauses the loop; the
 //!   stream is not read while too many inbound messages wait in lanes;
-//!   every report has its own bounded channel; at exit the tasks are
-//!   aborted and deliveries drained within `config::EXIT_GRACE`.
+//!   every report has its own bounded channel; at exit (stdin EOF, parent
+//!   gone, or the shutdown future the binary hands in on SIGTERM or SIGINT)
+//!   the tasks are aborted and deliveries drained within
+//!   `config::EXIT_GRACE`.
 //! * Never panics on outside input; secrets never appear in `Debug` output
 //!   or logs.
 //! * Depends on `canon-host`, `canon-wire`, `canon-chunking`,

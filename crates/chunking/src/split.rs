@@ -17,8 +17,10 @@
 //!   not capped.
 //!
 //! [`Boundary::Grapheme`] additionally moves a hard cut back to an extended
-//! grapheme cluster boundary (turns.md OQ-1); [`Boundary::CodePoint`]
-//! reproduces the 0.14.1 reference exactly and is what parity fixtures use.
+//! grapheme cluster boundary (turns.md OQ-1) and treats `"\r\n"` as one line
+//! break (turns.md §3.3), so no part ends with the carriage return of a
+//! CRLF; [`Boundary::CodePoint`] reproduces the 0.14.1 reference exactly and
+//! is what parity fixtures use.
 
 use std::iter::FusedIterator;
 
@@ -45,6 +47,8 @@ pub enum Boundary {
     /// at or before the code-point cut, so a ZWJ sequence, flag, skin-tone
     /// modifier or base letter with its combining marks stays whole. If the
     /// first cluster alone exceeds the budget, the code-point cut is used.
+    /// A line break preceded by a carriage return is the `"\r\n"` pair,
+    /// dropped whole ([`Separator::CrLf`]): `"\r\n"` is one cluster too.
     /// The production default.
     #[default]
     Grapheme,
@@ -63,17 +67,20 @@ pub enum Separator {
     Paragraph,
     /// A line break `"\n"` was dropped.
     Line,
+    /// A CRLF line break `"\r\n"` was dropped ([`Boundary::Grapheme`] only).
+    CrLf,
     /// A word space U+0020 was dropped.
     Word,
 }
 
 impl Separator {
-    /// The dropped text: `""`, `"\n\n"`, `"\n"` or `" "`.
+    /// The dropped text: `""`, `"\n\n"`, `"\n"`, `"\r\n"` or `" "`.
     pub fn as_str(self) -> &'static str {
         match self {
             Separator::None => "",
             Separator::Paragraph => "\n\n",
             Separator::Line => "\n",
+            Separator::CrLf => "\r\n",
             Separator::Word => " ",
         }
     }
@@ -244,10 +251,9 @@ fn next_cut(remaining: &str, budget: usize, boundary: Boundary) -> (usize, Separ
     // and starting at or after `window_start`. The separators are ASCII, so
     // a byte search only ever matches on char boundaries, and searching the
     // window slice finds exactly the qualifying occurrences.
-    let window = &region[window_start..];
     for separator in PREFERENCE {
-        if let Some(found) = window.rfind(separator.as_str()) {
-            return (window_start + found, separator);
+        if let Some(found) = last_separator(region, window_start, separator, boundary) {
+            return found;
         }
     }
 
@@ -257,6 +263,37 @@ fn next_cut(remaining: &str, budget: usize, boundary: Boundary) -> (usize, Separ
         Boundary::Grapheme => grapheme_cut(remaining, cut).unwrap_or(cut),
     };
     (end, Separator::None)
+}
+
+/// The last occurrence of `separator` in `region` starting at or after
+/// `window_start`, as `(end, separator dropped)`. In grapheme mode a line
+/// feed right after a carriage return belongs to the CRLF cluster: a line
+/// break there is the `"\r\n"` pair, dropped whole (unless the pair opens
+/// the text, which would leave an empty part), and a paragraph break there
+/// does not count, so the search goes on to the previous occurrence.
+fn last_separator(
+    region: &str,
+    window_start: usize,
+    separator: Separator,
+    boundary: Boundary,
+) -> Option<(usize, Separator)> {
+    let pattern = separator.as_str();
+    let mut window = &region[window_start..];
+    while let Some(found) = window.rfind(pattern) {
+        let at = window_start + found;
+        let after_cr = boundary == Boundary::Grapheme
+            && pattern.starts_with('\n')
+            && region[..at].ends_with('\r');
+        if !after_cr {
+            return Some((at, separator));
+        }
+        if separator == Separator::Line && at > 1 {
+            return Some((at - 1, Separator::CrLf));
+        }
+        // An earlier occurrence may overlap this one (`"\n\n\n"`).
+        window = &window[..found + pattern.len() - 1];
+    }
+    None
 }
 
 /// Byte offset of code point `max(1, n − 400)` of `region`, where `n` is the

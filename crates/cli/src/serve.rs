@@ -2,8 +2,8 @@
 //! Reads its configuration from the environment (credentials through `canon_profiles`, the
 //! resolver `setup` and `doctor` share), gives the adapter a resolver for the platform config
 //! that `adapter.connect` and a `probe` may carry (cli.md §5.1), installs the stderr log
-//! subscriber and runs `canon_adapter::run` over stdin and stdout. The API key never reaches a
-//! log line.
+//! subscriber and runs `canon_adapter::run` over stdin and stdout until EOF, SIGTERM or SIGINT.
+//! The API key never reaches a log line.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use canon_adapter::config::{self, Config, CredentialResolver, ResolvedCredentials};
 use canon_host::hitl;
-use canon_profiles::environment::is_secure_or_local;
 use canon_profiles::files::CanonPaths;
 use canon_profiles::{
     platform_affects_resolution, DotEnv, EnvLookup, HermesEnv, PlatformConfig, Resolution,
 };
+use canon_wire::endpoint::is_secure_or_local;
 use canon_wire::ApiKey;
 
 use crate::{credentials, exit};
@@ -204,7 +204,9 @@ fn resolver(
 /// `CANON_INBOUND_VISUAL_MEDIA_DELIVERY` and `CANON_TURN_VERBOSITY` (checked at
 /// `adapter.connect`, where they win over the platform extras), `CANON_HOME`,
 /// `CANON_HERMES_PARENT_PID`, `CANON_HERMES_SIGNAL_POLL_MS`, `CANON_HERMES_STATUS_INTERVAL_MS`,
-/// `CANON_HERMES_HITL_POLL_MS`, and `HERMES_CLARIFY_TIMEOUT` and `HERMES_APPROVAL_TIMEOUT`
+/// `CANON_HERMES_HITL_POLL_MS`, `CANON_HERMES_MEDIA_DOWNLOAD_MS` (the total deadline of one
+/// inbound attachment's download, default 90 s), and `HERMES_CLARIFY_TIMEOUT` and
+/// `HERMES_APPROVAL_TIMEOUT`
 /// (runtime-control.md §6.4, §6.5; default 300 s, 5..1,800 s). Each is read from the process
 /// environment, else `<HERMES_HOME>/.env`.
 fn config_from_env() -> Config {
@@ -260,6 +262,11 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
             .get("CANON_HERMES_CLOCK_OFFSET_MS")
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0),
+        media_download_budget: interval_ms(
+            env,
+            "CANON_HERMES_MEDIA_DOWNLOAD_MS",
+            config::MEDIA_DOWNLOAD_BUDGET,
+        ),
     };
     (config, error)
 }
@@ -275,6 +282,27 @@ pub(crate) fn install_logging() {
         .with_ansi(false)
         .without_time()
         .try_init();
+}
+
+/// Resolves with the signal's name at the first SIGTERM or SIGINT, which then end the daemon
+/// as stdin EOF does (in-flight Canon writes get the exit grace) instead of killing it
+/// mid-write (hermes-host.md §19.3; reliability review M4). Never resolves when the handlers
+/// cannot be installed (logged).
+async fn termination() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        },
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::warn!(%error, "SIGTERM and SIGINT kill the daemon: no handler installed");
+            std::future::pending().await
+        }
+    }
 }
 
 /// `serve [--stdio]`; returns the exit code.
@@ -304,6 +332,7 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
         config,
         tokio::io::BufReader::new(tokio::io::stdin()),
         tokio::io::stdout(),
+        termination(),
     ));
     // Background tasks (the SSE stream) must not keep the process alive after EOF.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

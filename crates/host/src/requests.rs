@@ -23,6 +23,18 @@ pub const RUNTIME_CONTROL_USER: &str = "canon-runtime-control";
 /// The tool that carries the `no_reply` action.
 pub const RUNTIME_CONTROL_TOOL: &str = "canon_runtime_control";
 
+/// The randomness an `adapter.send`'s `send_key` stands for: its 32
+/// lowercase hex digits as a number; `None` for any other text, which then
+/// gets fresh randomness (reliability review H2).
+pub fn send_key(key: &str) -> Option<u128> {
+    let hex = key.len() == 32 && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !hex {
+        tracing::debug!("adapter.send key ignored: not 32 lowercase hex digits");
+        return None;
+    }
+    u128::from_str_radix(key, 16).ok()
+}
+
 /// The turn-machine input of a shim notification. Tool and subagent hooks
 /// count only inside a Canon turn (their context's platform is `canon` with
 /// a chat id); others are dropped (`None`). A typing notification keeps the
@@ -563,5 +575,24 @@ mod tests {
                 id: "c1".into(),
             }
         );
+    }
+
+    #[test]
+    fn send_keys_are_32_lowercase_hex_digits() {
+        assert_eq!(
+            send_key("0123456789abcdef0123456789abcdef"),
+            Some(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef)
+        );
+        assert_eq!(send_key(&"f".repeat(32)), Some(u128::MAX));
+        for bad in [
+            "",
+            "0123456789abcdef",
+            "0123456789ABCDEF0123456789ABCDEF",
+            "+123456789abcdef0123456789abcdef",
+            "0123456789abcdef0123456789abcdefa",
+            "0123456789abcdeg0123456789abcdef",
+        ] {
+            assert_eq!(send_key(bad), None, "{bad}");
+        }
     }
 }

@@ -50,8 +50,9 @@ pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daem
 pub enum SessionEffect {
     /// Write this line to the shim now.
     Frame(String),
-    /// Write this answer line behind the Canon writes already queued (a
-    /// reply to a turn request must not overtake the writes it follows).
+    /// Write this answer line behind the Canon writes this input made before
+    /// it, in their conversations (a reply to a turn request must not
+    /// overtake the writes it follows).
     Reply(String),
     /// A Canon write or durable delivery of the turn machine (never a
     /// `Reply`, `PauseTyping` or `ResumeTyping`, which become frames).
@@ -684,6 +685,13 @@ impl Session {
             }
             ShimRequest::AdapterSend(send) => {
                 let request = self.register(id, re);
+                // The shim's key, when it sent one, stands for the fresh
+                // randomness: its resend after a respawn gets the same ids.
+                let random = send
+                    .send_key
+                    .as_deref()
+                    .and_then(requests::send_key)
+                    .unwrap_or(random);
                 self.feed(
                     Input::Send(HostSend {
                         request,

@@ -57,6 +57,11 @@
 //!   and an ambiguous failure replays the same ids: never a duplicate, never a
 //!   loss. Two invocations never share ids. Sends with a turn id (and `notify`
 //!   sends, which allocate one) keep the turns.md §4.4 ledger.
+//! * A retry of a turn-less send is a new invocation with new ids, so when
+//!   every attempt of one failed ambiguously (it may have been stored) the
+//!   reply says [`UNCONFIRMED_SEND`] with `retryable: false`: its text
+//!   contains `timed out`, and Hermes then neither retries nor sends a
+//!   fallback copy (hermes-host.md §8.4, reliability review H2).
 //!
 //! # Recommended decisions applied
 //!
@@ -193,6 +198,14 @@ pub const STANDALONE_NO_TARGET: &str = "Canon standalone send failed: no convers
 /// Prefix of every standalone error (hermes-host.md §15).
 pub const STANDALONE_ERROR_PREFIX: &str = "Canon standalone send failed: ";
 
+/// The error of a turn-less send whose every attempt failed ambiguously: it
+/// may have been stored. Hermes reads `timed out` as "maybe delivered" and,
+/// with `retryable: false`, neither retries nor re-sends it as a fallback
+/// (hermes-host.md §8.4); no transport text is added, since one such as
+/// "broken pipe" or "network" would make Hermes retry after all.
+pub const UNCONFIRMED_SEND: &str =
+    "Canon send timed out unconfirmed; it may have been delivered, so it is not retried";
+
 /// Keys of the gateway's `canon_options` bag that may reach Canon
 /// (canon-wire.md §4.3 [target]).
 const ALLOWED_OPTION_KEYS: [&str; 2] = ["mentions", "replyToPosition"];
@@ -323,6 +336,12 @@ enum Waiter {
         turn_message_id: Option<String>,
     },
     Standalone {
+        request: RequestId,
+    },
+    /// A send with no turn id, under a fresh standalone id group: a retry
+    /// would be a new invocation with new ids, so an ambiguous failure is
+    /// answered as [`UNCONFIRMED_SEND`], not retryable.
+    Turnless {
         request: RequestId,
     },
 }
@@ -902,9 +921,8 @@ impl TurnMachine {
                 );
                 match delivery {
                     Some(delivery) => {
-                        self.waiters.entry(op).or_default().push(Waiter::Send {
+                        self.waiters.entry(op).or_default().push(Waiter::Turnless {
                             request: send.request,
-                            turn_message_id: None,
                         });
                         out.push(Effect::Deliver(delivery));
                     }
@@ -1363,6 +1381,25 @@ impl TurnMachine {
                     };
                     reply(request, HostReply::Send(outcome))
                 }
+                Waiter::Turnless { request } => {
+                    let outcome = match result {
+                        Ok(canon_id) => SendOutcome::Delivered {
+                            message_id: canon_id.clone(),
+                        },
+                        Err(failure) if failure.class == FailureClass::Ambiguous => {
+                            tracing::warn!(error = %failure.error, "turn-less send unconfirmed");
+                            SendOutcome::Failed {
+                                error: UNCONFIRMED_SEND.to_owned(),
+                                retryable: false,
+                            }
+                        }
+                        Err(failure) => SendOutcome::Failed {
+                            error: failure.error.clone(),
+                            retryable: failure.retryable,
+                        },
+                    };
+                    reply(request, HostReply::Send(outcome))
+                }
                 Waiter::Standalone { request } => {
                     let answer = match result {
                         Ok(id) => Ok(id.clone()),
@@ -1407,11 +1444,21 @@ impl TurnMachine {
                 media: Some(&media.media),
             },
         );
-        let reservation = match delivery {
-            Some(delivery) => Reservation::Send(delivery),
-            None => Reservation::Refused("Canon could not plan the message".to_owned()),
-        };
-        self.dispatch_reservation(reservation, media.request, String::new(), None, out);
+        match delivery {
+            Some(delivery) => {
+                self.waiters.entry(op).or_default().push(Waiter::Turnless {
+                    request: media.request,
+                });
+                out.push(Effect::Deliver(delivery));
+            }
+            None => out.push(reply(
+                media.request,
+                HostReply::Send(SendOutcome::Failed {
+                    error: "Canon could not plan the message".to_owned(),
+                    retryable: false,
+                }),
+            )),
+        }
     }
 
     // ----- standalone sends (turns.md §4.6) -----

@@ -13,6 +13,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
+use canon_wire::endpoint::{is_secure_or_local, url_host};
 use serde_json::Value;
 
 use crate::text::{non_blank, py_strip};
@@ -316,36 +317,6 @@ fn normalize_url(
         });
     }
     Ok(url.to_owned())
-}
-
-/// Whether `url` is `https`, or `http` with the host exactly `localhost`, `127.0.0.1` or `::1`
-/// (scheme and host compared case-insensitively, as Python's `urlparse` lower-cases them).
-pub fn is_secure_or_local(url: &str) -> bool {
-    let Some((scheme, _)) = url.split_once("://") else {
-        return false;
-    };
-    match scheme.to_ascii_lowercase().as_str() {
-        "https" => true,
-        "http" => matches!(
-            url_host(url).as_deref(),
-            Some("localhost" | "127.0.0.1" | "::1")
-        ),
-        _ => false,
-    }
-}
-
-/// The host of `scheme://[user@]host[:port]/…`, lower-cased, without IPv6 brackets; `None`
-/// when there is no authority or it is empty.
-pub fn url_host(url: &str) -> Option<String> {
-    let (_, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit('@').next().unwrap_or_default();
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next().unwrap_or_default()
-    } else {
-        host_port.split(':').next().unwrap_or_default()
-    };
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
 /// Rule 5: the RTDB host belongs to `project_id` or is loopback.

@@ -20,6 +20,7 @@ use hyper::{Method, Request};
 use rustls::pki_types::CertificateDer;
 use serde_json::{Map, Value};
 
+use canon_wire::endpoint::is_secure_or_local;
 use canon_wire::retry::{
     durable_retry_delay_with, Classifier, RetryClass, DURABLE_SEND_ATTEMPTS, DURABLE_SEND_BACKOFF,
 };
@@ -140,17 +141,30 @@ impl std::fmt::Debug for CanonClient {
     }
 }
 
+/// A base URL without surrounding space and trailing `/`, refused unless it is `https`, or
+/// `http` on `localhost`, `127.0.0.1` or `::1` (canon-wire.md §1.1): every request carries the
+/// API key, which must never cross the network in clear, whoever resolved the URL.
 fn clean_base(url: &str) -> Result<String, TransportError> {
     let url = url.trim().trim_end_matches('/');
     let parsed: hyper::Uri = url.parse().map_err(|_| TransportError::InvalidRequest {
         detail: format!("invalid base url {url:?}"),
     })?;
-    match parsed.scheme_str() {
-        Some("http") | Some("https") if parsed.host().is_some() => Ok(url.to_owned()),
-        _ => Err(TransportError::InvalidRequest {
+    let (Some(scheme @ ("http" | "https")), Some(host)) = (parsed.scheme_str(), parsed.host())
+    else {
+        return Err(TransportError::InvalidRequest {
             detail: format!("base url must be http(s) with a host: {url:?}"),
-        }),
+        });
+    };
+    if !is_secure_or_local(url) {
+        // Scheme and host only: a user-info part could hold a password.
+        return Err(TransportError::InvalidRequest {
+            detail: format!(
+                "Canon base url {scheme}://{host} must use HTTPS \
+                 (plain HTTP only on localhost, 127.0.0.1 or ::1)"
+            ),
+        });
     }
+    Ok(url.to_owned())
 }
 
 /// Percent-encodes one path segment (RFC 3986 unreserved characters pass).
@@ -1157,6 +1171,42 @@ mod tests {
         );
         assert!(clean_base("ftp://x").is_err());
         assert!(clean_base("not a url").is_err());
+    }
+
+    /// Reliability review M6 (canon-wire.md §1.1): the key is sent only over HTTPS, or plain
+    /// HTTP to the local host.
+    #[test]
+    fn plain_http_is_refused_except_on_the_local_host() {
+        for url in [
+            "https://api.canonmail.com",
+            "HTTPS://api.example/",
+            "http://127.0.0.1:8080",
+            "http://localhost:9/",
+            "http://[::1]:9",
+        ] {
+            assert!(clean_base(url).is_ok(), "{url}");
+        }
+        for (url, shown) in [
+            ("http://api.canonmail.com", "http://api.canonmail.com"),
+            ("http://user:pw@10.0.0.1:80/v1", "http://10.0.0.1"),
+            ("http://127.0.0.2", "http://127.0.0.2"),
+            ("http://localhost.example", "http://localhost.example"),
+        ] {
+            let error = clean_base(url).expect_err(url);
+            assert!(matches!(error, TransportError::InvalidRequest { .. }));
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "invalid request: Canon base url {shown} must use HTTPS \
+                     (plain HTTP only on localhost, 127.0.0.1 or ::1)"
+                ),
+                "{url}"
+            );
+            let config = ClientConfig::new(url, "https://stream.example", ApiKey::new("k"));
+            assert!(CanonClient::new(config).is_err(), "{url}");
+            let config = ClientConfig::new("https://api.example", url, ApiKey::new("k"));
+            assert!(CanonClient::new(config).is_err(), "{url}");
+        }
     }
 
     #[test]

@@ -780,8 +780,8 @@ impl canon_transport::net::Resolver for SilentResolver {
 #[tokio::test]
 async fn connect_timeout_is_its_own_retryable_kind() {
     let mut config = ClientConfig::new(
-        "http://canon.invalid",
-        "http://canon.invalid",
+        "https://canon.invalid",
+        "https://canon.invalid",
         ApiKey::new(KEY),
     );
     config.resolver = std::sync::Arc::new(SilentResolver);

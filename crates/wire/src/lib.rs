@@ -10,6 +10,8 @@
 //! * [`retry`]: which failures may be retried and how ([`retry::Classifier`],
 //!   [`retry::FailureKind`], [`retry::RetryClass`]).
 //! * [`authority`]: the reply authority, one type and one validator.
+//! * [`endpoint`]: the canon-wire.md §1.1 rule every Canon URL follows (`https`, or `http` on a
+//!   local host only).
 //! * [`secret`]: the redacted credential and secret wrappers ([`secret::ApiKey`],
 //!   [`secret::Secret`], [`secret::Opaque`]).
 //!
@@ -19,6 +21,7 @@
 //! these types; the daemon core decides with them.
 
 pub mod authority;
+pub mod endpoint;
 pub mod events;
 pub mod retry;
 pub mod secret;

@@ -156,7 +156,10 @@ impl Driver {
         // The poll loop is one of these tasks; beyond it a burst of doorbells shares the cap
         // (reliability review L9): a dropped doorbell's signal is consumed by the next poll.
         if self.signal_tasks.len() > crate::config::MAX_DOORBELLS {
-            tracing::debug!(conversation_id, "doorbell dropped: too many consumes in flight");
+            tracing::debug!(
+                conversation_id,
+                "doorbell dropped: too many consumes in flight"
+            );
             return;
         }
         let tx = self.signal_tx.clone();

@@ -151,13 +151,20 @@ impl Driver {
         let dir = self.media_dir.clone();
         let permits = Arc::clone(&self.media_permits);
         let done = self.media_done.clone();
+        let budget = self.config.media_download_budget;
         while self.media_tasks.try_join_next().is_some() {}
         self.media_tasks.spawn(async move {
             let work = tokio::spawn(async move {
                 // A closed semaphore cannot happen (never closed); go on.
                 let _permit = permits.acquire_owned().await.ok();
-                let (listed, counts, captures) =
-                    materialize(downloader.as_ref(), dir.as_deref(), scope, &attachments).await;
+                let (listed, counts, captures) = materialize(
+                    downloader.as_ref(),
+                    dir.as_deref(),
+                    scope,
+                    &attachments,
+                    budget,
+                )
+                .await;
                 let found = Materialized {
                     source,
                     intent,

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
-use crate::canon::{client_for, deliver, failure, run_jobs, DeliveryResult, Job};
+use crate::canon::{client_for, deliver, failure, DeliveryResult, Writes};
 use crate::config::{
     CHANNEL_FRAMES, EXIT_GRACE, HANDOFF_DIR, MEDIA_CONCURRENCY, PARENT_CHECK, SIGNAL_FRAMES,
 };
@@ -44,22 +44,25 @@ mod probe;
 
 pub(crate) use connection::verify_environment;
 
-/// Runs the daemon until `input` reaches EOF or the process
-/// [`Config::parent_pid`] is gone; returns the process exit code (0,
-/// or [`EXIT_UNSUPPORTED_PROTOCOL`] after a failed version negotiation).
-pub async fn run<R, W>(config: Config, input: R, output: W) -> i32
+/// Runs the daemon until `input` reaches EOF, the process
+/// [`Config::parent_pid`] is gone or `shutdown` resolves (the binary's
+/// SIGTERM or SIGINT, with its name as the reason logged); each ends it the
+/// same way, in-flight Canon writes getting [`EXIT_GRACE`]. Returns the
+/// process exit code (0, or [`EXIT_UNSUPPORTED_PROTOCOL`] after a failed
+/// version negotiation).
+pub async fn run<R, W, S>(config: Config, input: R, output: W, shutdown: S) -> i32
 where
     R: AsyncBufRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
+    S: std::future::Future<Output = &'static str>,
 {
     crate::env::set_clock_offset_ms(config.clock_offset_ms);
     crate::faults::arm(config.crash_point.as_deref(), config.canon_home.as_deref());
+    let mut shutdown = std::pin::pin!(shutdown);
     let (line_tx, mut line_rx) = mpsc::channel::<Line>(CHANNEL_FRAMES);
     let reader = tokio::spawn(read_lines(input, line_tx));
     let (out_tx, out_rx) = mpsc::channel::<String>(CHANNEL_FRAMES);
     let writer = tokio::spawn(write_lines(output, out_rx));
-    let (job_tx, job_rx) = mpsc::channel::<Job>(1_024);
-    let worker = tokio::spawn(run_jobs(job_rx));
     let (done_tx, mut done_rx) = mpsc::channel::<(OpId, DeliveryResult)>(64);
     let (signal_tx, mut signal_rx) = mpsc::channel::<ConsumedSignal>(SIGNAL_FRAMES);
     let (signal_ids, _) = watch::channel(Vec::new());
@@ -100,8 +103,8 @@ where
     let mut driver = Driver {
         session: Session::new(session_config(&config)),
         config,
+        writes: Writes::new(out_tx.clone()),
         out: out_tx,
-        jobs: job_tx,
         done: done_tx,
         deliveries: JoinSet::new(),
         client: None,
@@ -213,6 +216,10 @@ where
                 continue;
             }
             () = sleep => SessionInput::Timeout,
+            reason = &mut shutdown => {
+                exit_reason = reason;
+                break;
+            }
         };
         driver.handle(input).await;
         if driver.session.exit_code.is_some() {
@@ -232,20 +239,21 @@ where
     driver.stop_approvals();
     let Driver {
         out,
-        jobs,
+        writes,
         stream,
         mut deliveries,
         ..
     } = driver;
     drop(stream);
-    drop(jobs);
     let finish = async {
         while deliveries.join_next().await.is_some() {}
-        let _ = worker.await;
+        writes.finish().await;
     };
     if tokio::time::timeout(EXIT_GRACE, finish).await.is_err() {
         tracing::warn!("in-flight Canon writes did not finish within the exit grace");
     }
+    // What is still running is abandoned: none of it may hold the writer open.
+    drop(deliveries);
     drop(out);
     let _ = writer.await;
     exit_code
@@ -256,7 +264,9 @@ struct Driver {
     session: Session,
     config: Config,
     out: mpsc::Sender<String>,
-    jobs: mpsc::Sender<Job>,
+    /// The best-effort Canon writes, one ordered lane per conversation,
+    /// and the replies that follow them.
+    writes: Writes,
     done: mpsc::Sender<(OpId, DeliveryResult)>,
     deliveries: JoinSet<()>,
     client: Option<CanonClient>,
@@ -362,6 +372,7 @@ impl Driver {
     /// back here, and the effects of that report are performed before the
     /// rest, as if the I/O had been inline.
     pub(super) async fn handle(&mut self, input: SessionInput) {
+        self.writes.begin_input();
         let mut queue: VecDeque<SessionEffect> =
             self.session.handle(input, now_ms(), random_u128()).into();
         while let Some(effect) = queue.pop_front() {
@@ -379,15 +390,9 @@ impl Driver {
         match effect {
             SessionEffect::Frame(line) => self.send_line(line).await,
             SessionEffect::Reply(line) => {
-                // Behind the Canon writes already queued: a reply must not
-                // overtake the writes it follows.
-                let job = Job::Respond {
-                    out: self.out.clone(),
-                    line,
-                };
-                if let Err(mpsc::error::SendError(Job::Respond { line, .. })) =
-                    self.jobs.send(job).await
-                {
+                // Behind the Canon writes this input queued before it: a
+                // reply must not overtake the writes it follows.
+                if let Some(line) = self.writes.reply(line) {
                     self.send_line(line).await;
                 }
             }
@@ -413,11 +418,7 @@ impl Driver {
             // network I/O before `adapter.connect` or a durable send,
             // hermes-host.md §19.3).
             SessionEffect::Canon(effect) => match self.client.clone() {
-                Some(client) => {
-                    if self.jobs.send(Job::Write { client, effect }).await.is_err() {
-                        tracing::warn!("Canon write worker is gone");
-                    }
-                }
+                Some(client) => self.writes.write(client, effect),
                 None => tracing::debug!("best-effort write skipped: not connected"),
             },
             SessionEffect::CancelHitl(keys) => self.cancel_hitl(keys),

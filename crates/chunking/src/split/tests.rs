@@ -66,6 +66,12 @@ fn first_grapheme_len(text: &str) -> usize {
     text.graphemes(true).next().map_or(0, str::len)
 }
 
+/// Whether a part ends with a carriage return whose line feed the input puts
+/// right after the part (in a separator or the next part): a split CRLF.
+fn splits_crlf(item: &Located<'_>) -> bool {
+    item.part.text.ends_with('\r') && item.remaining[item.part.text.len()..].starts_with('\n')
+}
+
 /// The invariants of turns.md §3.2–§3.4 for one split.
 fn assert_invariants(text: &str, max_bytes: usize, boundary: Boundary) {
     let budget = max_bytes.min(CANON_MESSAGE_TEXT_MAX_BYTES);
@@ -105,6 +111,14 @@ fn assert_invariants(text: &str, max_bytes: usize, boundary: Boundary) {
                     || first_grapheme_len(item.remaining) > budget,
                 "hard cut of part {i} splits a grapheme cluster"
             );
+        }
+        if boundary == Boundary::Grapheme {
+            assert!(
+                !splits_crlf(item),
+                "part {i} ends with the carriage return of a CRLF"
+            );
+        } else {
+            assert_ne!(separator, Separator::CrLf, "code-point mode drops only LF");
         }
         rebuilt.push_str(part);
         rebuilt.push_str(separator.as_str());
@@ -241,12 +255,40 @@ fn runs_of_separators_drop_exactly_one() {
 }
 
 #[test]
-fn crlf_keeps_the_carriage_return() {
-    check_texts(
-        "line1\r\nline2\r\n\r\nline3",
-        15,
-        &["line1\r\nline2\r", "\r\nline3"],
+fn crlf_keeps_the_carriage_return_in_code_point_mode() {
+    let text = "line1\r\nline2\r\n\r\nline3";
+    let parts = split_text(text, 15, CP).unwrap();
+    assert_eq!(parts, ["line1\r\nline2\r", "\r\nline3"]);
+    assert_invariants(text, 15, CP);
+}
+
+/// Issue 16 item 4 (turns.md §3.3): in grapheme mode `"\r\n"` is one line
+/// break, dropped whole; no part ends with its `"\r"`.
+#[test]
+fn grapheme_mode_cuts_a_crlf_line_break_whole() {
+    let text = "line1\r\nline2\r\n\r\nline3";
+    let parts: Vec<Part<'_>> = split_parts(text, 15, GR).unwrap().collect();
+    assert_eq!(
+        parts,
+        [
+            Part {
+                text: "line1\r\nline2",
+                separator: Separator::CrLf
+            },
+            Part {
+                text: "\r\nline3",
+                separator: Separator::None
+            },
+        ]
     );
+    assert_invariants(text, 15, GR);
+    // A pair that opens the text is no line cut: the hard cut keeps it whole.
+    let text = "\r\n😀😀";
+    assert_eq!(split_text(text, 4, GR).unwrap(), ["\r\n", "😀", "😀"]);
+    assert_eq!(split_text(text, 4, CP).unwrap(), ["\r", "😀", "😀"]);
+    assert_invariants(text, 4, GR);
+    // A carriage return alone is no line break in either mode.
+    check_both("aaaa\rbbbbbb", 5, &[5, 5, 1]);
 }
 
 #[test]
@@ -404,6 +446,10 @@ const FRAGMENTS: &[&str] = &[
     "👨\u{200d}👩\u{200d}👧",
 ];
 
+/// Fragments of CRLF text: line and paragraph breaks, lone carriage returns
+/// and line feeds, words, spaces and a multi-byte letter.
+const CRLF_FRAGMENTS: &[&str] = &["\r\n", "\r\n\r\n", "\r", "\n", "word", "x", " ", "ש"];
+
 fn fragment_text() -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(FRAGMENTS), 0..400).prop_map(|v| v.concat())
 }
@@ -429,13 +475,28 @@ proptest! {
     fn grapheme_mode_differs_only_at_split_clusters(text in fragment_text(), max_bytes in 4usize..80) {
         let budget = max_bytes.min(CANON_MESSAGE_TEXT_MAX_BYTES);
         let splits_cluster = locate(&text, max_bytes, CP).iter().any(|item| {
-            item.part.separator == Separator::None
+            let hard_cut_in_cluster = item.part.separator == Separator::None
                 && item.part.text.len() < item.remaining.len()
                 && !is_grapheme_boundary(item.remaining, item.part.text.len())
-                && first_grapheme_len(item.remaining) <= budget
+                && first_grapheme_len(item.remaining) <= budget;
+            hard_cut_in_cluster || splits_crlf(item)
         });
         if !splits_cluster {
             prop_assert_eq!(split_text(&text, max_bytes, CP).unwrap(), split_text(&text, max_bytes, GR).unwrap());
+        }
+    }
+
+    /// Issue 16 item 4: whatever the budget, a grapheme-mode part never ends
+    /// with the `"\r"` of a CRLF, and the text still rebuilds exactly.
+    #[test]
+    fn grapheme_mode_never_ends_a_part_inside_a_crlf(
+        text in prop::collection::vec(prop::sample::select(CRLF_FRAGMENTS), 0..300)
+            .prop_map(|v| v.concat()),
+        max_bytes in 4usize..120,
+    ) {
+        assert_invariants(&text, max_bytes, GR);
+        for item in locate(&text, max_bytes, GR) {
+            prop_assert!(!splits_crlf(&item), "{:?} ends inside a CRLF", item.part.text);
         }
     }
 

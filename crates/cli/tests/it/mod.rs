@@ -33,5 +33,6 @@ mod serve_support;
 mod serve_turns;
 mod setup;
 mod shim_constants;
+mod shim_daemon;
 mod shim_golden;
 mod shim_support;

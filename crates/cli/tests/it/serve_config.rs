@@ -543,3 +543,85 @@ async fn probe_seed_is_the_named_home_channel() {
         assert_eq!(shim.close().await, Some(0));
     }
 }
+
+/// Reliability review M6, canon-wire.md §1.1: a Canon URL is `https`, or plain `http` only on
+/// `localhost`, `127.0.0.1` or `::1`. A key configured with a plain-HTTP URL to any other host
+/// (the direct test mode's URLs, an environment's override, a platform extra at connect) leaves
+/// the daemon unconfigured with the rule as its error: the key is never sent, and never logged.
+/// Plain HTTP to the loopback simulator is what every other test of this file runs on.
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_http_to_a_remote_host_is_refused_and_the_key_never_sent() {
+    let sim = sim().await;
+    let key = "sk-plain-http-never-sent";
+    let remote = "http://api.canonmail.com";
+    let direct = "CANON_BASE_URL and CANON_STREAM_URL must use HTTPS (or local HTTP)";
+    let packaged = "Canon runtime endpoint must use HTTPS (or local HTTP): canon-dev-v1.apiBaseUrl";
+    let stream = sim.stream_url();
+    let cases: [(Vec<(&str, &str)>, &str); 3] = [
+        (
+            vec![
+                ("CANON_API_KEY", key),
+                ("CANON_BASE_URL", remote),
+                ("CANON_STREAM_URL", &stream),
+            ],
+            direct,
+        ),
+        (
+            vec![
+                ("CANON_API_KEY", key),
+                ("CANON_BASE_URL", &stream),
+                ("CANON_STREAM_URL", "http://stream.canonmail.com/"),
+            ],
+            direct,
+        ),
+        (
+            vec![
+                ("CANON_API_KEY", key),
+                ("CANON_ENVIRONMENT_ID", "canon-dev-v1"),
+                ("CANON_BASE_URL", remote),
+            ],
+            packaged,
+        ),
+    ];
+    for (extra, error) in cases {
+        let mut env = NO_DIRECT.to_vec();
+        env.extend_from_slice(&extra);
+        let mut shim = spawn_captured(&sim, &env);
+        assert_eq!(shim.hello().await["ok"], true);
+        let probed = probe(&mut shim).await;
+        assert_eq!(
+            (&probed["configured"], &probed["error"]),
+            (&json!(false), &json!(error)),
+            "{extra:?}"
+        );
+        let connect = shim.try_connect().await;
+        assert_eq!(
+            connect["body"]["fatal"]["code"], "missing_api_key",
+            "{extra:?}"
+        );
+        let stderr = close_captured(shim).await;
+        assert!(stderr.contains(error), "{stderr}");
+        assert!(!stderr.contains(key), "{stderr}");
+    }
+
+    // The platform config of `adapter.connect`: the key as `api_key`, the URL as an extra.
+    let mut shim = spawn_captured(&sim, &NO_DIRECT);
+    assert_eq!(shim.hello().await["ok"], true);
+    let connect = connect_with_platform(
+        &mut shim,
+        json!({"api_key": key, "extra": {"environment_id": "canon-dev-v1", "base_url": remote}}),
+    )
+    .await;
+    assert_eq!(connect["body"]["connected"], false, "{connect}");
+    let stderr = close_captured(shim).await;
+    assert!(stderr.contains(packaged), "{stderr}");
+    assert!(!stderr.contains(key), "{stderr}");
+    assert!(sim.journal(0, None).is_empty(), "nothing reached Canon");
+
+    // Local plain HTTP is accepted: the simulator on 127.0.0.1 and, by name, on localhost.
+    let local = sim.base_url().replace("127.0.0.1", "localhost");
+    let mut shim = Shim::spawn_with(&sim, &[("CANON_BASE_URL", &local)]);
+    shim.connect(&sim).await;
+    assert_eq!(requests(&sim, "/agents/me"), 1);
+    assert_eq!(shim.close().await, Some(0));
+}

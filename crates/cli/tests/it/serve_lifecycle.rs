@@ -66,3 +66,68 @@ async fn daemon_exits_when_the_parent_process_is_gone() {
     assert_eq!(kept.hello().await["ok"], true);
     assert_eq!(kept.close().await, Some(0));
 }
+
+/// Reliability review M4, hermes-host.md §19.3: SIGTERM (systemd's stop of the gateway's
+/// control group) and SIGINT end the daemon as stdin EOF does, so a delivery in flight still
+/// gets the exit grace. Here Canon answers a turn-less send's first attempt `503` with
+/// `Retry-After: 2`, and the daemon is signalled while it waits to retry: it sends the retry,
+/// Canon stores the message, and the daemon exits 0 instead of dying of the signal.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_and_sigint_let_an_in_flight_send_finish_then_exit_zero() {
+    use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+    use canon_sim::{DEFAULT_AGENT, DEFAULT_CONVERSATION};
+    use serde_json::json;
+
+    for signal in ["-TERM", "-INT"] {
+        let sim = sim().await;
+        sim.add_fault(FaultRule {
+            id: String::new(),
+            matcher: FaultMatcher {
+                method: Some("POST".to_owned()),
+                path: Some("/agent/verbs/send_to".to_owned()),
+                times: Some(1),
+                ..FaultMatcher::default()
+            },
+            action: FaultAction::Status {
+                status: 503,
+                body: None,
+                retry_after: Some(2),
+                headers: Vec::new(),
+            },
+            seen: 0,
+            fired: 0,
+        })
+        .expect("fault installed");
+        let mut shim = Shim::spawn(&sim);
+        shim.connect(&sim).await;
+        let text = format!("sent across a {signal} signal");
+        shim.send(
+            "adapter.send",
+            json!({"chat_id": DEFAULT_CONVERSATION, "content": text, "ctx": {}}),
+        )
+        .await;
+        sim.wait_for("the first attempt refused", WAIT, |s| {
+            s.journal.count(Some("POST"), "/agent/verbs/send_to") == 1
+        })
+        .await
+        .expect("the first attempt");
+        let pid = shim.child.id().expect("running").to_string();
+        let killed = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill runs");
+        assert!(killed.success());
+        let status = tokio::time::timeout(WAIT, shim.child.wait())
+            .await
+            .expect("the daemon exits within the grace")
+            .expect("wait works");
+        assert_eq!(status.code(), Some(0), "{signal}: {status:?}");
+        let stored = sim.read_state(|s| {
+            s.messages
+                .iter()
+                .filter(|m| m.message["senderId"] == DEFAULT_AGENT && m.message["text"] == text)
+                .count()
+        });
+        assert_eq!(stored, 1, "{signal}: the retry was sent within the grace");
+    }
+}

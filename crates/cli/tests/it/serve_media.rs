@@ -2,7 +2,8 @@
 //! (runtime-control.md §8.1–§8.3, §8.5, §8.6; hermes-host.md §19.7 and Q8): attachments are
 //! downloaded behind the SSRF guard, handed to the shim as 0600 files under
 //! `<CANON_HOME>/tmp/`, hidden under a trusted-only scope with the exact markers, skipped above
-//! 10 MiB, kept in order per conversation, and invalid delivery settings refuse the connect.
+//! 10 MiB, given up after a total deadline when the server drips the body, kept in order per
+//! conversation, and invalid delivery settings refuse the connect.
 //! Trusted captures (runtime-control.md §7.6, §8.4) are read back with `api.inbound_media` in
 //! the turn of their message, fail closed when a trusted batch is incomplete or too large, and
 //! are gone once the turn completes.
@@ -632,5 +633,127 @@ async fn stale_hand_off_files_are_deleted_at_start() {
     assert!(!stale.exists());
     assert!(fresh.exists());
     assert!(foreign.exists());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// A real HTTP server that answers every request with a 200 header announcing 100,000 bytes of
+/// PNG, then drips the body one byte every `every`, each byte well inside the transport's 30 s
+/// read timeout, until the client hangs up. Returns the URL of its one file.
+async fn slow_drip_server(every: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("an address").port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match socket.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let header = "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\n\
+                              content-length: 100000\r\n\r\n";
+                if socket.write_all(header.as_bytes()).await.is_err() {
+                    return;
+                }
+                for &b in PNG.iter().cycle() {
+                    tokio::time::sleep(every).await;
+                    if socket.write_all(&[b]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}/slow.png")
+}
+
+/// Reliability review H3, canon-wire.md §2.2 [target]: an attachment whose server drips its
+/// body one byte at a time never trips a read timeout, so only a total deadline per download
+/// (shortened here to 1.5 s) frees its download slot. Four such messages, in four
+/// conversations, hold every slot (`MEDIA_CONCURRENCY`): the daemon must still hand the shim a
+/// fifth conversation's message with its picture, each slow message without its attachment
+/// (as a failed download does), and the slow conversation's next message after its first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_drip_attachment_times_out_and_every_conversation_goes_on() {
+    let sim = sim().await;
+    let slow: Vec<String> = (0..4).map(|i| format!("c-slow-{i}")).collect();
+    const OTHER: &str = "c-other";
+    for id in slow.iter().map(String::as_str).chain([OTHER]) {
+        sim.create_conversation(canon_sim::ConversationSpec {
+            id: Some(id.to_owned()),
+            kind: "group".to_owned(),
+            name: Some(id.to_owned()),
+            member_ids: vec![
+                canon_sim::DEFAULT_OWNER.to_owned(),
+                DEFAULT_AGENT.to_owned(),
+            ],
+            behavior: None,
+        });
+    }
+    let drip = slow_drip_server(Duration::from_millis(200)).await;
+    let mut shim = Shim::media(&sim, &[("CANON_HERMES_MEDIA_DOWNLOAD_MS", "1500")]);
+    shim.connect_extra(&sim, json!({})).await;
+    let message = |conversation: &str, text: &str| Injection {
+        conversation_id: Some(conversation.to_owned()),
+        text: Some(text.to_owned()),
+        turn_dispatch: Some("run_turn".to_owned()),
+        ..Injection::default()
+    };
+    for conversation in &slow {
+        let mut injection = message(conversation, "a picture that never ends");
+        injection.attachments = vec![json!({"kind": "image", "url": drip,
+                                            "mimeType": "image/png", "fileName": "slow.png"})];
+        sim.inject_message(&injection).expect("inject");
+    }
+    let mut picture = message(OTHER, "a picture that arrives");
+    picture.raw_attachments = vec![raw(PNG, "image/png", "photo.png")];
+    sim.inject_message(&picture).expect("inject");
+    sim.inject_message(&message(&slow[0], "and a second message"))
+        .expect("inject");
+
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let inbound = shim.accept_inbound().await;
+        let event = &inbound["body"]["event"];
+        seen.push((
+            event["source"]["chat_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            event["text"].as_str().unwrap_or_default().to_owned(),
+            event["media"].as_array().map_or(0, Vec::len),
+        ));
+    }
+    let of = |chat: &str| -> Vec<(String, usize)> {
+        seen.iter()
+            .filter(|(c, _, _)| c == chat)
+            .map(|(_, text, media)| (text.clone(), *media))
+            .collect()
+    };
+    assert_eq!(
+        of(OTHER),
+        [("a picture that arrives".to_owned(), 1)],
+        "{seen:?}"
+    );
+    let without = ("a picture that never ends".to_owned(), 0);
+    assert_eq!(
+        of(&slow[0]),
+        [without.clone(), ("and a second message".to_owned(), 0)],
+        "{seen:?}"
+    );
+    for conversation in &slow[1..] {
+        assert_eq!(of(conversation), std::slice::from_ref(&without), "{seen:?}");
+    }
+    assert_eq!(
+        files_in(&shim.tmp()).len(),
+        1,
+        "only the picture that arrived"
+    );
     assert_eq!(shim.close().await, Some(0));
 }

@@ -395,3 +395,110 @@ async fn repeated_typing_on_is_coalesced_per_chat() {
     assert_eq!(typing_writes(&sim).last(), Some(&json!(true)));
     assert_eq!(shim.close().await, Some(0));
 }
+
+/// A fault that holds `path`'s first request in `conversation` for 4 s before Canon answers.
+fn slow_in(conversation: &str, path: &str) -> canon_sim::faults::FaultRule {
+    canon_sim::faults::FaultRule {
+        id: String::new(),
+        matcher: canon_sim::faults::FaultMatcher {
+            method: Some("POST".to_owned()),
+            path: Some(path.to_owned()),
+            conversation: Some(conversation.to_owned()),
+            times: Some(1),
+            ..canon_sim::faults::FaultMatcher::default()
+        },
+        action: canon_sim::faults::FaultAction::DelayBefore { ms: 4_000 },
+        seen: 0,
+        fired: 0,
+    }
+}
+
+/// The bodies of `path`'s journaled requests in `conversation` (journaled once answered).
+fn answered_in(sim: &SimHandle, path: &str, conversation: &str) -> usize {
+    journal(sim, path)
+        .iter()
+        .filter(|(_, body)| body["conversationId"] == conversation)
+        .count()
+}
+
+/// Reliability review M3: best-effort Canon writes run in one ordered lane per conversation.
+/// While the direct conversation's `/runtime/turn` publish (at `turn.start`), then its
+/// `/streaming` write (at an edit), hangs, the group's `turn.start` and edit are answered at
+/// once; the direct conversation's own replies still wait for the writes they follow, so each
+/// arrives only after Canon answered its slow write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_write_in_one_conversation_delays_no_other_conversations_reply() {
+    use super::serve_support::{add_group, GROUP};
+    let sim = sim().await;
+    add_group(&sim);
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    const GROUP_SESSION: &str = "agent:main:canon:group:c-team";
+    let group_ctx = json!({"platform": "canon", "chat_id": GROUP, "session_key": GROUP_SESSION});
+
+    sim.add_fault(slow_in(DEFAULT_CONVERSATION, "/runtime/turn"))
+        .expect("fault installed");
+    let slow = shim
+        .send(
+            "turn.start",
+            json!({"event_ref": "e-direct", "session_key": SESSION, "event": dm_event("m-direct")}),
+        )
+        .await;
+    let fast = shim
+        .send(
+            "turn.start",
+            json!({"event_ref": "e-group", "session_key": GROUP_SESSION,
+                   "event": {"chat_id": GROUP, "chat_type": "group", "user_id": DEFAULT_OWNER,
+                             "message_id": "m-group"}}),
+        )
+        .await;
+    let (fast_reply, _) = shim.reply(&fast).await;
+    assert_eq!(
+        answered_in(&sim, "/runtime/turn", DEFAULT_CONVERSATION),
+        0,
+        "the group's reply came while the direct publish still hangs"
+    );
+    assert_eq!(answered_in(&sim, "/runtime/turn", GROUP), 1);
+    let (slow_reply, _) = shim.reply(&slow).await;
+    assert_eq!(
+        answered_in(&sim, "/runtime/turn", DEFAULT_CONVERSATION),
+        1,
+        "the direct reply waited for its publish"
+    );
+    let turn = |reply: &Value| {
+        reply["body"]["turn_id"]
+            .as_str()
+            .expect("a turn")
+            .to_owned()
+    };
+    let (direct_turn, group_turn) = (turn(&slow_reply), turn(&fast_reply));
+
+    sim.add_fault(slow_in(DEFAULT_CONVERSATION, "/streaming"))
+        .expect("fault installed");
+    let slow = shim
+        .send(
+            "adapter.edit",
+            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": direct_turn,
+                   "content": "Thinking it over", "finalize": false, "ctx": ctx()}),
+        )
+        .await;
+    let fast = shim
+        .send(
+            "adapter.edit",
+            json!({"chat_id": GROUP, "message_id": group_turn, "content": "Working on it",
+                   "finalize": false, "ctx": group_ctx}),
+        )
+        .await;
+    let (fast_reply, _) = shim.reply(&fast).await;
+    assert_eq!(fast_reply["ok"], true, "{fast_reply}");
+    assert_eq!(
+        answered_in(&sim, "/streaming", DEFAULT_CONVERSATION),
+        0,
+        "the group's edit was answered while the direct streaming write still hangs"
+    );
+    assert_eq!(answered_in(&sim, "/streaming", GROUP), 1);
+    let (slow_reply, _) = shim.reply(&slow).await;
+    assert_eq!(slow_reply["ok"], true, "{slow_reply}");
+    assert_eq!(answered_in(&sim, "/streaming", DEFAULT_CONVERSATION), 1);
+    assert_eq!(shim.close().await, Some(0));
+}

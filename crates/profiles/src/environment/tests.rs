@@ -362,16 +362,3 @@ fn whole_check_learns_and_binds_a_non_packaged_project() {
     .expect("ok");
     assert_eq!(checked, c);
 }
-
-#[test]
-fn url_host_parsing() {
-    for (url, host) in [
-        ("https://Example.COM:443/path?q#f", Some("example.com")),
-        ("http://u:p@127.0.0.1:80", Some("127.0.0.1")),
-        ("http://[::1]:8080/", Some("::1")),
-        ("https://", None),
-        ("no-scheme", None),
-    ] {
-        assert_eq!(url_host(url).as_deref(), host, "{url}");
-    }
-}

@@ -93,12 +93,82 @@ fn turnless_sends_never_share_ids() {
             (
                 4,
                 failed(2, FailureClass::Ambiguous),
-                &["reply r2 failed \"Canon request timed out\" retryable=false"],
+                &["reply r2 failed \"Canon send timed out unconfirmed; it may have been delivered, so it is not retried\" retryable=false"],
             ),
         ],
     );
     // Nothing is kept for a turn-less send: no session, no pending plan.
     assert!(machine.sessions.is_empty());
+}
+
+/// Reliability review H2, hermes-host.md §8.4: a retry of a turn-less send
+/// is a new invocation under new ids, so an ambiguous failure (a 5xx after
+/// Canon stored it, a reset, a read timeout), which the transport reports as
+/// retryable with its own text, is answered as "timed out" and not
+/// retryable; Hermes then neither retries it nor sends a fallback copy. A
+/// failure that provably stored nothing keeps its text and retry flag, so
+/// Hermes may send it again safely; so does a turn-less media send.
+#[test]
+fn turnless_ambiguous_failure_says_timed_out_and_is_not_retryable() {
+    let failure = |op: u64, class: FailureClass, error: &str| Input::DeliveryOutcome {
+        op: OpId(op),
+        result: Err(DeliveryFailure {
+            class,
+            error: error.to_owned(),
+            retryable: true,
+        }),
+    };
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    for (request, random) in [(1, 1), (2, 2), (3, 3)] {
+        only_delivery(&machine.handle(turnless_send(request, "report", Value::Null, random), 0));
+    }
+    check_steps(
+        &mut machine,
+        vec![
+            (
+                1,
+                failure(
+                    1,
+                    FailureClass::Ambiguous,
+                    "Canon API returned 502: bad gateway",
+                ),
+                &["reply r1 failed \"Canon send timed out unconfirmed; it may have been delivered, so it is not retried\" retryable=false"],
+            ),
+            (
+                2,
+                failure(2, FailureClass::PreHandler, "Canon API returned 503: busy"),
+                &["reply r2 failed \"Canon API returned 503: busy\" retryable=true"],
+            ),
+            (3, delivered(3), &["reply r3 delivered canon-msg-1"]),
+        ],
+    );
+    assert_eq!(
+        format!("{UNCONFIRMED_SEND:?}"),
+        "\"Canon send timed out unconfirmed; it may have been delivered, so it is not retried\""
+    );
+    // A media send outside any turn is a turn-less send too.
+    let media = Input::Media(HostMedia {
+        request: RequestId(4),
+        session_key: None,
+        conversation_id: C1.to_owned(),
+        caption: "chart".to_owned(),
+        reply_to: None,
+        metadata: Map::new(),
+        media: MediaPayload {
+            content_type: "image".to_owned(),
+            attachments: vec![json!({"url": "https://files.example/chart.png"})],
+        },
+        random: 4,
+    });
+    only_delivery(&machine.handle(media, 4));
+    check_steps(
+        &mut machine,
+        vec![(
+            5,
+            failure(4, FailureClass::Ambiguous, "broken pipe"),
+            &["reply r4 failed \"Canon send timed out unconfirmed; it may have been delivered, so it is not retried\" retryable=false"],
+        )],
+    );
 }
 
 /// turns.md §3.6 and §4.6: a 10 KB turn-less send splits into parts of at

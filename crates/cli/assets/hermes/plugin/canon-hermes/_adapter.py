@@ -18,6 +18,7 @@ import itertools
 import logging
 import mimetypes
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -184,6 +185,12 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
                TIMEOUTS["resync"])
         log.info("canon-hermes daemon respawned; resynced %d open turn(s)", len(turns))
 
+    def _gateway_stopping(self):
+        """Whether Hermes' gateway runner has begun its stop (`_draining`, set first thing in
+        `GatewayRunner.stop`): the supervisor then respawns no daemon (hermes-host.md §19.10)."""
+        runner = getattr(self, "gateway_runner", None) or self._runner
+        return getattr(runner, "_draining", False) is True
+
     def _crash_loop(self):
         def fatal():
             self._set_fatal_error("daemon_crash_loop", CRASH_LOOP, retryable=True)
@@ -207,9 +214,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     async def _forward(self, kind, body):
         # A send or edit cut off by a daemon crash is sent once more to the respawned,
-        # resynced child: an edit carries the whole text, and a final lands on the same
-        # operation-bound id. Failing it instead would flip Hermes' stream consumer into
-        # tail-only fallback for the rest of the answer (hermes-host.md §10).
+        # resynced child: an edit carries the whole text, a final lands on the same
+        # operation-bound id, and a send outside any turn carries the same `send_key`, from
+        # which the daemon derives the same standalone ids. Failing it instead would flip
+        # Hermes' stream consumer into tail-only fallback for the rest of the answer
+        # (hermes-host.md §10).
         for attempt in (1, 2):
             try:
                 return _send_result(await call(kind, body))
@@ -219,9 +228,10 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
                 return _send_result({"error": str(exc), "retryable": exc.retryable})
 
     async def send(self, chat_id, content, reply_to=None, metadata=None):
+        # One key per call of Hermes', kept across the resend of `_forward` (hermes-host.md §19.6).
         return await self._forward("adapter.send", {
             "chat_id": chat_id, "content": content, "reply_to": reply_to,
-            "metadata": metadata, "ctx": turn_ctx()})
+            "metadata": metadata, "ctx": turn_ctx(), "send_key": secrets.token_hex(16)})
 
     async def _media(self, op, chat_id, caption, reply_to, metadata, kwargs, **fields):
         # hermes-host.md §19.6: the daemon reads the file (same user) and uploads it.

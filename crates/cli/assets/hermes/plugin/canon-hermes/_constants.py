@@ -40,7 +40,7 @@ TIMEOUTS = {
     "turn.start": 30, "turn.complete": 600, "standalone.send": 120, "resync": 30, "shutdown": 5,
     "api.inbound_media": 30, "api.call": 1860,
 }
-EXIT_WAIT = 5  # seconds from stdin EOF to SIGTERM; at least canon_adapter::config::EXIT_GRACE
+EXIT_WAIT = 7  # seconds from stdin EOF to SIGTERM; more than canon_adapter::config::EXIT_GRACE
 
 # Error codes the shim sets itself: values of canon_host::protocol::ErrorCode.
 BACKPRESSURE, TIMEOUT, DAEMON_EXITED = "backpressure", "timeout", "daemon_exited"

@@ -41,6 +41,7 @@ MULTIPLEX_UNKNOWN = (
     "so startup was refused."
 )
 CRASH_LOOP = "canon-hermes daemon keeps exiting; see gateway.log"
+STOPPING = "canon-hermes daemon exited while the gateway stops"
 BACKOFF = (0.5, 1, 2, 4, 8, 16, 30)  # seconds before the n-th background respawn
 CRASH_LIMIT, CRASH_WINDOW = 5, 300  # that many exits within that many seconds = crash loop
 KILL_WAIT = 2  # seconds from SIGTERM to SIGKILL
@@ -170,14 +171,26 @@ def is_response(frame):
     return "ok" in frame and "id" in frame
 
 
+def resolve(fut, result=None, error=None):
+    """Settles `fut` with `result`, or with `error` when one is given, unless it is already done.
+    Never raises: the gateway loop cancels a future whose `acall` timed out, and that cancel can
+    land between any check here and the set, which then raises InvalidStateError; raised in the
+    reader thread, it would end the thread and leave every later request unanswered."""
+    try:
+        if error is None:
+            fut.set_result(result)
+        else:
+            fut.set_exception(error)
+    except concurrent.futures.InvalidStateError:  # cancelled or settled meanwhile: nobody waits
+        pass
+
+
 def settle(fut, frame):
     """Resolves a request's future from its response: the body, or the error as DaemonError."""
-    if fut.done():
-        return
     if frame["ok"]:
-        fut.set_result(frame.get("body") or {})
+        resolve(fut, frame.get("body") or {})
     else:
-        fut.set_exception(DaemonError.of(frame.get("error") or {}))
+        resolve(fut, error=DaemonError.of(frame.get("error") or {}))
 
 
 # ----- the child -----
@@ -189,8 +202,10 @@ class Daemon:
         home = os.environ.get("HERMES_HOME") or str(Path.home() / ".hermes")
         env = dict(os.environ, HERMES_HOME=home, CANON_HERMES_SHIM_PROTOCOL=str(PROTOCOL),
                    CANON_HERMES_PARENT_PID=str(os.getpid()))
+        # A session (and process group) of its own: the terminal's Ctrl-C goes to the gateway, which
+        # then closes the daemon's stdin, instead of killing the daemon mid-write at the same time.
         self.proc = subprocess.Popen([binary(), "serve", "--stdio"], cwd=home, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.ids, self.pending, self.lock = itertools.count(1), {}, threading.Lock()
         self.out = queue.Queue(maxsize=QUEUE_FRAMES)
         self.handler = None  # callable(frame) for daemon-originated frames
@@ -239,7 +254,7 @@ class Daemon:
             if not self.dead:
                 self.pending[rid] = fut
         if self.dead:
-            fut.set_exception(DaemonError.of(EXITED))
+            resolve(fut, error=DaemonError.of(EXITED))
             return fut
         try:
             queued = self.post(request_frame(kind, rid, body))
@@ -249,7 +264,7 @@ class Daemon:
         if failure is not None:
             with self.lock:
                 self.pending.pop(rid, None)
-            fut.set_exception(failure)
+            resolve(fut, error=failure)
         return fut
 
     def call(self, kind, body, timeout):
@@ -323,8 +338,7 @@ class Daemon:
         if self.on_exit is not None and not self.closing:  # before a waiting hello can close()
             self.on_exit(self)
         for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(DaemonError.of(EXITED))
+            resolve(fut, error=DaemonError.of(EXITED))
 
     def _stderr_loop(self):
         for raw in self.proc.stderr:
@@ -341,6 +355,8 @@ class Supervisor:
         self.lock = threading.RLock()
         self.adapter = None  # the connected adapter, if any
         self.crashes, self.halted, self.crash_lock = [], False, threading.Lock()
+        self.exits = 0  # every exit and failed respawn counted so far (never pruned)
+        self.respawning = False  # a background respawn loop is running
 
     def peek(self):
         d = self.child
@@ -356,6 +372,8 @@ class Supervisor:
             if self.halted and not new_attempt:
                 raise DaemonError("daemon_crash_loop", CRASH_LOOP, True)
             respawn, adapter = self.child is not None, self.adapter
+            if respawn and self._gateway_stopping():
+                raise DaemonError(DAEMON_EXITED, STOPPING)
             d = Daemon(self._crashed)
             if respawn and adapter is not None:
                 try:
@@ -369,28 +387,72 @@ class Supervisor:
     async def aget(self):
         return self.peek() or await asyncio.to_thread(self.get)
 
-    def _crashed(self, _daemon):
-        """Counts an unexpected exit (reader thread; never takes `lock`, which a spawn waiting
-        for its hello may hold); schedules a background respawn, or declares a crash loop."""
+    def _count_exit(self):
+        """Counts one exit (or failed respawn) in the crash window; its number in the window."""
         now = time.monotonic()
         with self.crash_lock:
             self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW] + [now]
-            adapter, n = self.adapter, len(self.crashes)
-            self.halted = n >= CRASH_LIMIT
+            self.exits += 1
+            self.halted = len(self.crashes) >= CRASH_LIMIT
+            return len(self.crashes)
+
+    def _gateway_stopping(self):
+        """Whether the connected adapter's gateway is stopping (hermes-host.md §19.10): a daemon
+        that exits then (systemd signals the whole control group) is not respawned."""
+        adapter = self.adapter
+        return adapter is not None and bool(getattr(adapter, "_gateway_stopping", lambda: False)())
+
+    def _crashed(self, _daemon):
+        """Counts an unexpected exit (reader thread; never takes `lock`, which a spawn waiting
+        for its hello may hold); starts the background respawn, or declares a crash loop. An exit
+        while the gateway stops is neither counted nor respawned."""
+        if self._gateway_stopping():
+            log.info("canon-hermes daemon exited while the gateway stops; not respawned")
+            return
+        n = self._count_exit()
         log.warning("canon-hermes daemon exited (%d exit(s) in %ds)", n, CRASH_WINDOW)
+        adapter = self.adapter
         if adapter is not None and self.halted:
             adapter._crash_loop()
         elif adapter is not None:
-            threading.Thread(target=self._respawn_later, args=(BACKOFF[min(n, len(BACKOFF)) - 1],),
-                             daemon=True).start()
+            with self.crash_lock:
+                if self.respawning:  # the running loop takes this exit over
+                    return
+                self.respawning = True
+            threading.Thread(target=self._respawn_loop, args=(n,), daemon=True).start()
 
-    def _respawn_later(self, delay):
-        time.sleep(delay)
-        if self.adapter is not None and not self.halted:
-            try:
-                self.get()
-            except Exception as exc:
-                log.warning("canon-hermes daemon respawn failed: %s", exc)
+    def _respawn_loop(self, n):
+        """Respawns the child after the n-th exit's backoff, and again on the schedule after each
+        failed attempt (Canon unreachable at the resync, a hello that timed out): no inbound
+        message can come while no child runs, so nothing else would ever try again. A failed
+        attempt counts toward the crash loop like an exit, unless the new child's own exit was
+        counted already (hermes-host.md §19.10)."""
+        try:
+            while True:
+                time.sleep(BACKOFF[min(n, len(BACKOFF)) - 1])
+                if self.adapter is None or self.halted or self._gateway_stopping():
+                    return
+                exits = self.exits
+                try:
+                    self.get()
+                except Exception as exc:
+                    log.warning("canon-hermes daemon respawn failed: %s", exc)
+                    n = self._count_exit() if self.exits == exits else len(self.crashes)
+                else:
+                    with self.crash_lock:
+                        if self.exits == exits:  # up; an exit from now on starts a new loop
+                            self.respawning = False
+                            return
+                    n = len(self.crashes)  # the new child exited already; its exit is ours
+                adapter = self.adapter
+                if adapter is not None and self.halted:
+                    log.warning("canon-hermes daemon keeps exiting: %d exit(s) or failed respawn(s) in %ds",
+                                n, CRASH_WINDOW)
+                    adapter._crash_loop()
+                    return
+        finally:
+            with self.crash_lock:
+                self.respawning = False
 
     def stop(self):
         with self.lock:

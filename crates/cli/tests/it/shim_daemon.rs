@@ -1,0 +1,366 @@
+//! The installed shim's adapter and daemon supervisor in the venv's Python, with the real
+//! `canon-hermes serve --stdio` child against canon-sim, driven through Hermes' own code where
+//! Hermes is the one that acts (hermes-host.md §8.4, §19.10): faults that only show with the
+//! shim and Hermes together.
+//!
+//! | scenario | spec |
+//! |---|---|
+//! | a turn-less send whose every attempt failed ambiguously is stored once: Hermes' `_send_with_retry` does not send it again | hermes-host.md §8.4, reliability review H2 |
+//! | a turn-less send cut off by a daemon crash is resent to the respawned daemon and stored once | hermes-host.md §19.10, turns.md §4.6, reliability review H2 |
+//! | a response racing the cancel of its request's future does not kill the reader thread | hermes-host.md §19.4, reliability review M7 |
+//! | a failed background respawn is tried again on the backoff schedule, and counts toward the crash loop | hermes-host.md §19.10, reliability review H4 |
+//! | the daemon runs in a process group of its own, so the terminal's Ctrl-C reaches only the gateway; a daemon that exits while the gateway stops is not respawned | hermes-host.md §19.3, §19.10, reliability review M4 |
+
+use std::os::unix::process::CommandExt as _;
+use std::process::Command;
+
+use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
+use serde_json::Value;
+
+use super::gateway_support::{hermes_python, install_shim, shim_prelude};
+use super::shim_support::sim;
+
+/// Python run after the shim is loaded as `shim`: the adapter class, `SIM` (the simulator's
+/// control API: `SIM("faults", rule)` posts, `SIM("state")` gets), `CHAT` and `stored(text)`,
+/// the number of the agent's stored messages in `CHAT` whose text is `text`.
+const PRELUDE: &str = r#"
+import asyncio, json, os, signal, sys, time, urllib.request
+import concurrent.futures as cf
+from gateway.platform_registry import platform_registry, PlatformEntry
+platform_registry.register(PlatformEntry(name='canon', label='Canon', adapter_factory=None,
+                                         check_fn=lambda: True))
+from gateway.config import PlatformConfig
+from shim import _daemon
+from shim._daemon import SUPERVISOR, DaemonError
+cls = shim._make_adapter_class()
+CHAT, AGENT = os.environ['TEST_CHAT'], os.environ['TEST_AGENT']
+
+def SIM(path, body=None, method=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(os.environ['TEST_SIM'] + '/__sim/' + path, data=data,
+                                 method=method or ('GET' if body is None else 'POST'),
+                                 headers={'content-type': 'application/json'})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read() or b'{}')
+
+def stored(text):
+    return sum(1 for m in SIM('state')['messages'] if m.get('conversationId') == CHAT
+               and m.get('message', {}).get('senderId') == AGENT
+               and m.get('message', {}).get('text') == text)
+
+def fault(path, action, **matcher):
+    SIM('faults', {'matcher': dict({'method': 'POST', 'path': path}, **matcher), 'action': action})
+
+async def connected():
+    a = cls(PlatformConfig(enabled=True))
+    assert await a.connect(), a.fatal_error_message
+    return a
+"#;
+
+/// Runs `code` in the venv's Python with the shim installed (as `canon-hermes install` does) in
+/// a scratch profile and the daemon configured for `sim`; returns stdout, asserting success.
+async fn shim_python(sim: &SimHandle, code: &str) -> String {
+    let (base, stream, key) = (sim.base_url(), sim.stream_url(), sim.api_key());
+    let code = code.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let home = tempfile::tempdir().expect("scratch dir");
+        let installed = home.path().join("installed");
+        let hermes_home = home.path().join("hermes");
+        for dir in [&installed, &hermes_home] {
+            std::fs::create_dir_all(dir).expect("a profile home");
+        }
+        install_shim(&installed);
+        let prelude = shim_prelude(&installed.join("plugins/canon-hermes"));
+        // A process group of its own, so a test may signal its group without reaching cargo.
+        let out = Command::new(hermes_python())
+            .process_group(0)
+            .args(["-c", &format!("{prelude}{PRELUDE}{code}")])
+            .env("HERMES_HOME", &hermes_home)
+            .env("HOME", home.path())
+            .env("CANON_HOME", home.path().join("canon"))
+            .env("CANON_API_KEY", key)
+            .env("CANON_BASE_URL", &base)
+            .env("CANON_STREAM_URL", stream)
+            .env("CANON_AGENTS_FILE", home.path().join("no-agents.json"))
+            .env("TEST_SIM", &base)
+            .env("TEST_CHAT", DEFAULT_CONVERSATION)
+            .env("TEST_AGENT", DEFAULT_AGENT)
+            .env("RUST_LOG", "warn")
+            .env_remove("CANON_ENVIRONMENT_ID")
+            .env_remove("CANON_AGENT")
+            .env_remove("CANON_AGENTS_JSON_BOOTSTRAP")
+            .env_remove("CANON_HOME_CHANNEL")
+            .output()
+            .expect("the venv python runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "python failed:\n{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    })
+    .await
+    .expect("the python run")
+}
+
+/// The JSON objects `print(json.dumps(…))` wrote, one a line.
+fn reports(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect()
+}
+
+/// Reliability review H2, hermes-host.md §8.4. Outside any turn every `adapter.send` is a new
+/// standalone id group, so a retry by Hermes is a second copy. Each durable attempt of the send
+/// here fails ambiguously after Canon stored it (a 502, or the connection dropped after the
+/// write), and the daemon replays it under the same ids within the call; the reply must then
+/// say `timed out`, not retryable, so that Hermes' real `_send_with_retry` neither retries nor
+/// sends a plain-text fallback. Canon stores exactly one copy, and the journal shows the three
+/// attempts of one id and nothing more.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ambiguous_turnless_send_is_stored_once_whatever_hermes_retries() {
+    let sim = sim().await;
+    let code = r#"
+async def main():
+    a = await connected()
+    for name, action in (('502', {'type': 'process_then_status', 'status': 502}),
+                         ('drop', {'type': 'process_then_drop'})):
+        text = 'Nightly report (%s): all is well.' % name
+        SIM('faults', None, 'DELETE')
+        fault('/agent/verbs/send_to', action, times=3)
+        r = await a._send_with_retry(CHAT, text)
+        sends = [e for e in SIM('journal?path=/agent/verbs/send_to')['entries']
+                 if e['body']['body']['value'].get('text') == text]
+        keys = sorted({e['body']['envelope']['idempotencyKey'] for e in sends})
+        print(json.dumps({'case': name, 'success': r.success, 'error': r.error,
+                          'retryable': r.retryable, 'stored': stored(text),
+                          'attempts': len(sends), 'ids': len(keys)}))
+    await a.disconnect()
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    let unconfirmed = "Canon send timed out unconfirmed; it may have been delivered, so it is not \
+                       retried";
+    for (report, case) in reports(&out).iter().zip(["502", "drop"]) {
+        assert_eq!(
+            report,
+            &serde_json::json!({"case": case, "success": false, "error": unconfirmed,
+                                "retryable": false, "stored": 1, "attempts": 3, "ids": 1}),
+            "{out}"
+        );
+    }
+    assert_eq!(reports(&out).len(), 2, "{out}");
+}
+
+/// Reliability review H2, hermes-host.md §19.10. The daemon dies (SIGKILL) while Canon holds
+/// the answer to a turn-less send it already stored; the shim sends the same `adapter.send`
+/// once more to the respawned daemon, with the same `send_key`, so the standalone ids are the
+/// same and Canon answers the replay with the stored message: one copy, reported delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turnless_send_resent_after_a_daemon_crash_is_stored_once() {
+    let sim = sim().await;
+    let code = r#"
+async def main():
+    a = await connected()
+    text = 'Cron says: the backup finished.'
+    fault('/agent/verbs/send_to', {'type': 'delay_after', 'ms': 30000}, times=1)
+    first = SUPERVISOR.peek()
+    send = asyncio.ensure_future(a.send(CHAT, text))
+    await asyncio.to_thread(SIM, 'wait_for', {'timeoutMs': 10000, 'message': {
+        'conversationId': CHAT, 'senderId': AGENT, 'textContains': text}})
+    os.kill(first.proc.pid, signal.SIGKILL)
+    r = await send
+    again = SUPERVISOR.peek()
+    print(json.dumps({'success': r.success, 'error': r.error, 'stored': stored(text),
+                      'respawned': again is not None and again is not first,
+                      'same_id': r.message_id == [m['message']['id'] for m in SIM('state')['messages']
+                                                 if m['message'].get('text') == text][0]}))
+    await a.disconnect()
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"success": true, "error": null, "stored": 1, "respawned": true,
+                            "same_id": true})
+        ],
+        "{out}"
+    );
+}
+
+/// Reliability review M7, hermes-host.md §19.4. When `acall` times out, the gateway loop
+/// cancels the request's future, and that cancel can land just before the reader thread sets
+/// the response on it. `Racing` is a future whose cancel lands exactly there. The reader must
+/// live on (the next request is answered), and at EOF a racing future must not keep the others
+/// from failing at once with `daemon_exited`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_response_racing_a_cancel_keeps_the_reader_alive() {
+    let sim = sim().await;
+    let code = r#"
+class Racing(cf.Future):
+    """Cancelled by the gateway loop right before the reader thread settles it."""
+    def set_result(self, result):
+        self.cancel()
+        super().set_result(result)
+    def set_exception(self, exc):
+        self.cancel()
+        super().set_exception(exc)
+
+def racing_request(d, kind, body):
+    real, cf.Future = cf.Future, Racing
+    try:
+        return d.request(kind, body)
+    finally:
+        cf.Future = real
+
+PROBE = {'config': None, 'verify': False}
+def answered(d):
+    try:
+        return 'answered %s' % d.call('probe', PROBE, 5).get('configured')
+    except DaemonError as exc:
+        return exc.code
+
+exits = []
+d = _daemon.Daemon(on_exit=exits.append)
+raced = racing_request(d, 'probe', PROBE)
+cf.wait([raced], 5)
+print(json.dumps({'raced': raced.cancelled(), 'next': answered(d)}))
+# EOF with a racing request and a plain one pending: the plain one fails at once.
+os.kill(d.proc.pid, signal.SIGSTOP)
+raced, plain = racing_request(d, 'probe', PROBE), d.request('probe', PROBE)
+os.kill(d.proc.pid, signal.SIGKILL)
+try:
+    plain.result(5)
+    outcome = 'answered'
+except DaemonError as exc:
+    outcome = exc.code
+except cf.TimeoutError:
+    outcome = 'still waiting'
+print(json.dumps({'raced': raced.cancelled(), 'plain': outcome, 'exits': len(exits),
+                  'after': answered(d)}))
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"raced": true, "next": "answered True"}),
+            serde_json::json!({"raced": true, "plain": "daemon_exited", "exits": 1,
+                                "after": "daemon_exited"}),
+        ],
+        "{out}"
+    );
+}
+
+/// Reliability review H4, hermes-host.md §19.10. The daemon dies while Canon is unreachable
+/// (`GET /agents/me` fails), so the background respawn's resync fails. With no daemon there is
+/// no Canon stream and no inbound message to trigger a spawn, so the shim itself must try again
+/// on its backoff schedule: once Canon is back, a respawned daemon holds the stream again. And
+/// while Canon stays down, the failed respawns count toward the crash loop, which Hermes is
+/// told about as a retryable fatal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_respawn_is_retried_and_counts_toward_the_crash_loop() {
+    let sim = sim().await;
+    let code = r#"
+import logging
+failures = []
+class Failures(logging.Handler):
+    def emit(self, record):
+        if 'respawn failed' in record.getMessage():
+            failures.append(record.getMessage())
+logging.getLogger('canon_hermes').addHandler(Failures())
+
+async def until(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return condition()
+
+async def main():
+    a = await connected()
+    me = {'type': 'status', 'status': 500}
+    # Canon is down when the daemon dies: the first respawn's resync fails.
+    SIM('faults', {'matcher': {'method': 'GET', 'path': '/agents/me'}, 'action': me})
+    first = SUPERVISOR.peek()
+    os.kill(first.proc.pid, signal.SIGKILL)
+    failed = await until(lambda: bool(failures), 20)
+    SIM('faults', None, 'DELETE')  # Canon is back
+    back = await until(lambda: SUPERVISOR.peek() not in (None, first), 20)
+    print(json.dumps({'failed_first': failed, 'respawned': back, 'fatal': a.fatal_error_code}))
+    # Canon down for good: every respawn fails, and five exits or failed respawns within the
+    # window make the crash loop.
+    SIM('faults', {'matcher': {'method': 'GET', 'path': '/agents/me'}, 'action': me})
+    os.kill(SUPERVISOR.peek().proc.pid, signal.SIGKILL)
+    await until(lambda: a.fatal_error_code is not None, 40)
+    print(json.dumps({'fatal': a.fatal_error_code, 'retryable': a.fatal_error_retryable,
+                      'halted': SUPERVISOR.halted, 'child': SUPERVISOR.peek() is not None}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"failed_first": true, "respawned": true, "fatal": null}),
+            serde_json::json!({"fatal": "daemon_crash_loop", "retryable": true, "halted": true,
+                                "child": false}),
+        ],
+        "{out}"
+    );
+}
+
+/// Reliability review M4, hermes-host.md §19.3 and §19.10. The shim starts the daemon in a
+/// session and process group of its own, so a SIGINT to the gateway's process group (Ctrl-C in
+/// its terminal) reaches the gateway alone, which then closes the daemon in order. And once
+/// the gateway has begun to stop (its runner is `_draining`), a daemon that exits (systemd
+/// signals the whole control group) is not respawned, neither in the background nor for a send.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_has_its_own_process_group_and_is_not_respawned_while_the_gateway_stops() {
+    let sim = sim().await;
+    let code = r#"
+import logging
+stopping = []
+class Stopping(logging.Handler):
+    def emit(self, record):
+        if 'while the gateway stops' in record.getMessage():
+            stopping.append(record.getMessage())
+logging.getLogger('canon_hermes').addHandler(Stopping())
+logging.getLogger('canon_hermes').setLevel(logging.INFO)
+
+async def main():
+    a = await connected()
+    first = SUPERVISOR.peek()
+    own = os.getpgid(first.proc.pid) != os.getpgid(0)
+    signal.signal(signal.SIGINT, lambda *_: None)  # this process's own Ctrl-C is a no-op
+    os.killpg(os.getpgid(0), signal.SIGINT)
+    try:
+        alive = 'answered %s' % first.call('probe', {'config': None, 'verify': False}, 5).get('configured')
+    except DaemonError as exc:
+        alive = exc.code
+    print(json.dumps({'own_group': own, 'after_ctrl_c': alive}))
+    # The gateway begins to stop, then systemd's SIGTERM reaches the daemon too.
+    a._runner = type('Runner', (), {'_draining': True})()
+    os.kill(first.proc.pid, signal.SIGTERM)
+    first.proc.wait(10)
+    r = await a.send(CHAT, 'a notice during the stop')
+    deadline = time.monotonic() + 10
+    while not stopping and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    print(json.dumps({'exit': first.proc.returncode, 'noted': bool(stopping), 'send': r.error,
+                      'respawned': SUPERVISOR.child is not first or SUPERVISOR.respawning,
+                      'crashes': len(SUPERVISOR.crashes)}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"own_group": true, "after_ctrl_c": "answered True"}),
+            serde_json::json!({"exit": 0, "noted": true,
+                                "send": "canon-hermes daemon exited while the gateway stops",
+                                "respawned": false, "crashes": 0}),
+        ],
+        "{out}"
+    );
+}
