@@ -264,6 +264,12 @@ async fn two_daemons_on_one_canon_home_consume_and_wake_once() {
     let id = approval_id(&first.reply(&call).await.0);
     let mut second = spawn(&sim, &home, &[]);
     second.connect(&sim).await;
+    // The second daemon's connect reconciles the open approval once (Canon: still pending).
+    let deadline = std::time::Instant::now() + WAIT;
+    while consumes(&sim) < 1 {
+        assert!(std::time::Instant::now() < deadline, "no reconcile consume");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     // Both streams carry the receipt; both daemons go for the consume and the wake.
     answer(&sim, &id, "deny");
     let deadline = std::time::Instant::now() + WAIT * 2;
@@ -285,7 +291,11 @@ async fn two_daemons_on_one_canon_home_consume_and_wake_once() {
     woken.extend(wakes(&first.close_and_drain().await));
     woken.extend(wakes(&second.close_and_drain().await));
     assert_eq!(woken, vec![format!("canon-detached-approval:{id}")]);
-    assert_eq!(consumes(&sim), 1, "the lease let one daemon consume");
+    assert_eq!(
+        consumes(&sim),
+        2,
+        "the reconcile's, then one for the answer: the lease let one daemon consume it"
+    );
     assert_eq!(status_of(&home, &id).0, "resolved");
 }
 
