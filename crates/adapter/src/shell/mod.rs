@@ -35,6 +35,7 @@ use crate::tasks::{
 use crate::Config;
 
 mod approval_tasks;
+mod communicate_tasks;
 mod connection;
 mod credentials;
 mod hitl_tasks;
@@ -65,6 +66,7 @@ where
     let (hitl_tx, mut hitl_rx) = mpsc::channel::<HitlEvent>(64);
     let (upload_tx, mut upload_rx) = mpsc::channel::<Uploaded>(64);
     let (approval_tx, mut approval_rx) = mpsc::channel::<detached::Report>(64);
+    let (communicate_tx, mut communicate_rx) = mpsc::channel::<SessionInput>(64);
     let approvals = config.canon_home.as_deref().and_then(|home| {
         match canon_approvals::store::Store::new(home) {
             Ok(store) => Some(Arc::new(store)),
@@ -123,6 +125,7 @@ where
         approval_tasks: JoinSet::new(),
         recovery: detached::RecoverySet::default(),
         wake_jobs: HashMap::new(),
+        communicate_tx,
     };
 
     let mut exit_reason = "stdin closed";
@@ -190,6 +193,7 @@ where
                 Some(input) => input,
                 None => continue,
             },
+            Some(done) = communicate_rx.recv() => done,
             Some(uploaded) = upload_rx.recv() => {
                 while driver.upload_tasks.try_join_next().is_some() {}
                 SessionInput::Uploaded { request: uploaded.request, result: uploaded.result }
@@ -296,6 +300,8 @@ struct Driver {
     recovery: detached::RecoverySet,
     /// Claimed wakes handed to the session and not yet answered by the shim.
     wake_jobs: HashMap<String, canon_approvals::state::WakeJob>,
+    /// Where `canon_communicate` calls report their Canon call's result.
+    communicate_tx: mpsc::Sender<SessionInput>,
 }
 
 /// What the session needs to know of the daemon's configuration (never
@@ -470,6 +476,9 @@ impl Driver {
             } => self.upload_api_media(request, conversation_id, path, mime_type, file_name),
             SessionEffect::Detached { id, re, api, call } => {
                 return self.run_detached(id, re, api, *call)
+            }
+            SessionEffect::Communicate { id, re, call } => {
+                return self.run_communicate(id, re, call)
             }
             SessionEffect::ApprovalReceipt(receipt) => self.approval_receipt(*receipt),
             SessionEffect::ApprovalWakeAnswered {
