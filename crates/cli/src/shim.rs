@@ -197,7 +197,7 @@ fn quoted(text: &str) -> String {
 }
 
 /// `plugin.yaml` (cli.md §3.3). `provides_tools` lists the tools the shim really registers: the
-/// manifest's (`canon_communicate` of runtime-control.md §5 joins when it exists).
+/// manifest's (`canon_runtime_control` and `canon_communicate`, runtime-control.md §4, §5).
 pub(crate) fn plugin_yaml() -> String {
     let mut out =
         String::from("# Written by canon-hermes install; the next install rewrites it.\n");

@@ -25,6 +25,9 @@
 //!   schemas the manifest lists, argument checks against them, and
 //!   `canon_runtime_control` as decisions (what Canon is asked, the exact
 //!   result strings); the session runs its interactions like a clarify.
+//! * [`communicate`]: `canon_communicate` (runtime-control.md §5): when it
+//!   is offered, the call-time refusals, the exact argument checks, the one
+//!   verb or directory call each action makes and the result mapping.
 //!
 //! # Invariants
 //!
@@ -41,6 +44,7 @@
 pub mod answers;
 pub mod api;
 pub mod card_waits;
+pub mod communicate;
 pub mod connect;
 pub mod conversations;
 pub mod credentials;

@@ -209,7 +209,7 @@ fn setting(env: Option<&str>, extra: &Value, keys: [&str; 3]) -> Option<Delivery
 
 /// Python's `str.strip()` whitespace set: Unicode whitespace plus
 /// U+001C..U+001F.
-fn is_py_space(c: char) -> bool {
+pub(crate) fn is_py_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 

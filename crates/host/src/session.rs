@@ -16,7 +16,7 @@ use canon_dispatch::pipeline::{Context, Dispatcher, Outcome as PipelineOutcome};
 use canon_dispatch::protocol::DeliveryIntent;
 use canon_dispatch::verbosity::{configured_turn_verbosity, VerbosityConfig, VerbosityError};
 use canon_wire::events::{EventKind, MessageCreated};
-use canon_wire::types::{AgentMe, Conversation};
+use canon_wire::types::{AgentMe, Conversation, OutboundPolicy};
 use serde_json::Value;
 
 use crate::answers::reply_body;
@@ -193,6 +193,17 @@ pub enum SessionEffect {
         /// Hermes accepted the event.
         delivered: bool,
     },
+    /// Make the one Canon call of a `canon_communicate` tool call (a verb,
+    /// or the agent directory; runtime-control.md §5.4); report
+    /// [`SessionInput::CommunicateDone`].
+    Communicate {
+        /// The `tool.call` request.
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// The validated call.
+        call: Box<crate::communicate::Communicate>,
+    },
     /// Upload the file of an `adapter.send_media`; report
     /// [`SessionInput::Uploaded`].
     UploadMedia {
@@ -280,6 +291,9 @@ pub struct AgentFacts {
     pub agent_name: Option<String>,
     /// The agent's owner (the human who approves for it).
     pub owner_id: Option<String>,
+    /// The live outbound policy: `GET /agents/me`'s, replaced by each `agent.context` frame's
+    /// (runtime-control.md §5.1).
+    pub outbound_policy: OutboundPolicy,
 }
 
 /// What the shell does with a `message.created` event.
@@ -369,6 +383,8 @@ pub struct Session {
     tool_waits: tools::ToolWaits,
     /// Detached-approval wakes the shim has not answered yet.
     wakes: detached::WakesInFlight,
+    /// Whether the shim was last told `canon_communicate` is available.
+    communicate_offered: bool,
 }
 
 /// What a finished conversation re-fetch means.
@@ -411,6 +427,7 @@ impl Default for Session {
             uploads: handle::Uploads::default(),
             tool_waits: tools::ToolWaits::default(),
             wakes: detached::WakesInFlight::default(),
+            communicate_offered: false,
         }
     }
 }
@@ -913,6 +930,7 @@ impl Session {
             agent_id: me.agent_id.clone(),
             agent_name: me.display_name.clone(),
             owner_id: me.owner_id,
+            outbound_policy: me.outbound_policy,
         };
         self.machine = TurnMachine::new(TurnConfig {
             verbosity: self.verbosity,
@@ -947,10 +965,15 @@ impl Session {
                 (StreamStep::Nothing, keys_changed)
             }
             EventKind::AgentContext {
-                agent_id: Some(agent_id),
-                ..
+                agent_id,
+                outbound_policy,
             } => {
-                self.agent.agent_id = Some(agent_id);
+                if let Some(agent_id) = agent_id {
+                    self.agent.agent_id = Some(agent_id);
+                }
+                // A frame without a string policy sets it to absent, which is closed
+                // (runtime-control.md §5.1).
+                self.agent.outbound_policy = OutboundPolicy::from_wire(outbound_policy.as_deref());
                 (StreamStep::Nothing, false)
             }
             EventKind::ReplayExpired { last_available_id } => {
@@ -1086,6 +1109,7 @@ pub fn error_frame(id: &str, re: &str, code: ErrorCode, message: String) -> Sess
 }
 
 pub mod card_waits;
+pub mod communicate;
 pub mod detached;
 pub mod handle;
 pub mod interactions;

@@ -86,9 +86,11 @@ pub const RUNTIME_CONTROL_CALL_TIMEOUT_S: u64 = HITL_MAX_TIMEOUT_S + 60;
 
 /// The tools of the manifest `install` writes (hermes-host.md §19, `manifest.json` `tools`):
 /// name, toolset, the function schema, the description, the emoji, and which availability check
-/// the shim runs (`credentials`: a Canon agent key resolves for the profile).
+/// the shim runs (`credentials`: a Canon agent key resolves for the profile; `communication`: the
+/// daemon's latest `tool.availability` verdict for the tool, runtime-control.md §5.1).
 pub fn manifest_tools() -> Value {
     let schema = runtime_control_schema();
+    let communicate = crate::communicate::communicate_schema();
     json!([{
         "name": RUNTIME_CONTROL_TOOL,
         "toolset": TOOLSET,
@@ -97,6 +99,14 @@ pub fn manifest_tools() -> Value {
         "emoji": "C",
         "check": "credentials",
         "timeout_s": RUNTIME_CONTROL_CALL_TIMEOUT_S,
+    }, {
+        "name": crate::communicate::COMMUNICATE_TOOL,
+        "toolset": TOOLSET,
+        "schema": communicate,
+        "description": communicate.get("description").cloned().unwrap_or(Value::Null),
+        "emoji": "C",
+        "check": "communication",
+        "timeout_s": crate::communicate::COMMUNICATE_CALL_TIMEOUT_S,
     }])
 }
 

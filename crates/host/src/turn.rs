@@ -398,6 +398,14 @@ impl TurnMachine {
             .and_then(|t| t.responder.as_deref())
     }
 
+    /// Whether a lifecycle turn is open in `conversation_id` (the authority of
+    /// `canon_communicate` inside a Canon turn, runtime-control.md §5.1).
+    pub fn has_open_turn_in(&self, conversation_id: &str) -> bool {
+        self.sessions
+            .values()
+            .any(|t| t.lifecycle && t.conversation_id == conversation_id)
+    }
+
     /// Whether the open turn an outbound call resolves to chose `no_reply`
     /// (turns.md §8.2; OQ-9: the driver also refuses `send_card` and
     /// `request_card` for a silenced turn).

@@ -20,14 +20,16 @@ fn first_string(object: &Map<String, Value>, keys: &[&str]) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The agent's outbound policy (canon-wire.md §4.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The agent's outbound policy (canon-wire.md §4.1). Before anything said otherwise it is
+/// closed (runtime-control.md §5.1: an absent policy withholds `canon_communicate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutboundPolicy {
     /// `open`.
     Open,
     /// `approval-required`.
     ApprovalRequired,
     /// Anything else, absent included.
+    #[default]
     Closed,
 }
 

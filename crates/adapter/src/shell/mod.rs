@@ -36,6 +36,7 @@ use crate::Config;
 
 mod approval_tasks;
 mod card_tasks;
+mod communicate_tasks;
 mod connection;
 mod credentials;
 mod hitl_tasks;
@@ -73,6 +74,7 @@ where
     let (approval_tx, mut approval_rx) = mpsc::channel::<detached::Report>(64);
     let (card_tx, mut card_rx) = mpsc::channel::<card_tasks::CardDone>(64);
     let (card_wake_tx, mut card_wake_rx) = mpsc::channel::<canon_host::card_waits::CardWake>(64);
+    let (communicate_tx, mut communicate_rx) = mpsc::channel::<SessionInput>(64);
     let approvals = config.canon_home.as_deref().and_then(|home| {
         match canon_approvals::store::Store::new(home) {
             Ok(store) => Some(Arc::new(store)),
@@ -134,6 +136,7 @@ where
         agent_id: None,
         card_tx,
         card_wake_tx,
+        communicate_tx,
     };
 
     let mut exit_reason = "stdin closed";
@@ -203,6 +206,7 @@ where
                 Some(input) => input,
                 None => continue,
             },
+            Some(done) = communicate_rx.recv() => done,
             Some(uploaded) = upload_rx.recv() => {
                 while driver.upload_tasks.try_join_next().is_some() {}
                 SessionInput::Uploaded { request: uploaded.request, result: uploaded.result }
@@ -322,6 +326,8 @@ struct Driver {
     card_tx: mpsc::Sender<card_tasks::CardDone>,
     /// Where claimed card wakes go.
     card_wake_tx: mpsc::Sender<canon_host::card_waits::CardWake>,
+    /// Where `canon_communicate` calls report their Canon call's result.
+    communicate_tx: mpsc::Sender<SessionInput>,
 }
 
 /// What the session needs to know of the daemon's configuration (never
@@ -490,6 +496,9 @@ impl Driver {
             } => self.upload_api_media(request, conversation_id, path, mime_type, file_name),
             SessionEffect::Detached { id, re, api, call } => {
                 return self.run_detached(id, re, api, *call)
+            }
+            SessionEffect::Communicate { id, re, call } => {
+                return self.run_communicate(id, re, call)
             }
             SessionEffect::ApprovalReceipt(receipt) => self.approval_receipt(*receipt),
             SessionEffect::CardWait {

@@ -260,6 +260,14 @@ fn first_install_writes_the_shim_and_enables_canon() {
         manifest["tools"][0]["schema"]["parameters"]["required"],
         serde_json::json!(["action"])
     );
+    assert_eq!(manifest["tools"][1]["name"], "canon_communicate");
+    assert_eq!(manifest["tools"][1]["check"], "communication");
+    assert_eq!(
+        manifest["tools"][1]["schema"]["parameters"]["oneOf"]
+            .as_array()
+            .map(Vec::len),
+        Some(7)
+    );
     assert_eq!(
         manifest["toolset_aliases"],
         serde_json::json!({"canon_runtime": "canon"})
@@ -284,7 +292,9 @@ fn first_install_writes_the_shim_and_enables_canon() {
         said.lines().collect::<Vec<_>>(),
         [
             r#"[["canon-hermes"], true, "true"]"#,
-            &format!("canon-hermes platform {VERSION} ['canon_runtime_control'] 15"),
+            &format!(
+                "canon-hermes platform {VERSION} ['canon_runtime_control', 'canon_communicate'] 15"
+            ),
             r#"{"name": "CANON_ALLOW_ALL_USERS", "description": "Allow any Canon user to talk to Hermes", "prompt": "Allow all users? (true/false)", "password": false}"#,
         ]
     );

@@ -19,24 +19,24 @@ async fn handshake_is_required_first_and_then_negotiated() {
     assert_eq!(hello["body"]["protocol"], 1);
     assert_eq!(hello["body"]["daemon_version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(hello["body"]["epoch"].as_str().map(str::len), Some(16));
-    // A Canon tool the daemon does not have is the model's error, not a protocol error.
-    let unsupported = shim
-        .request(
-            "tool.call",
-            json!({"name": "canon_communicate", "args": {}}),
-        )
-        .await;
-    assert_eq!(unsupported["ok"], true, "{unsupported}");
-    let result: serde_json::Value = serde_json::from_str(
-        unsupported["body"]["result"]
-            .as_str()
-            .expect("a result string"),
-    )
-    .expect("JSON");
-    assert_eq!(
-        result,
-        json!({"error": "Unknown Canon tool: canon_communicate", "success": false})
-    );
+    // A Canon tool the daemon does not have is the model's error, not a protocol error; so is
+    // `canon_communicate` before any adapter connected (runtime-control.md §5.1).
+    for (name, error) in [
+        ("canon_teleport", "Unknown Canon tool: canon_teleport"),
+        (
+            "canon_communicate",
+            "No unambiguous live Canon adapter owns this turn",
+        ),
+    ] {
+        let answer = shim
+            .request("tool.call", json!({"name": name, "args": {}}))
+            .await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        let result: serde_json::Value =
+            serde_json::from_str(answer["body"]["result"].as_str().expect("a result string"))
+                .expect("JSON");
+        assert_eq!(result, json!({"error": error, "success": false}));
+    }
     let unknown = shim.request("no.such.type", json!({})).await;
     assert_eq!(unknown["error"]["code"], "unknown_type");
     assert_eq!(shim.close().await, Some(0));

@@ -223,6 +223,18 @@ pub struct AdapterStatus {
     pub connected: bool,
 }
 
+/// `tool.availability`: the daemon's verdict on whether a model-facing tool is offered now
+/// (runtime-control.md §5.1 for `canon_communicate`: connected, and the live outbound policy
+/// `open` or `approval-required`), sent whenever it changes. The shim's `check_fn` answers from
+/// the latest one. Additive in protocol 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolAvailability {
+    /// The tool.
+    pub name: String,
+    /// Whether Hermes may offer it.
+    pub available: bool,
+}
+
 messages! {
     /// A request from the daemon.
     DaemonRequest {
@@ -266,5 +278,7 @@ messages! {
         "adapter.fatal" => AdapterFatal(Fatal),
         /// `_mark_connected` / `_mark_disconnected`.
         "adapter.status" => AdapterStatus(AdapterStatus),
+        /// A tool's availability changed (additive).
+        "tool.availability" => ToolAvailability(ToolAvailability),
     }
 }

@@ -79,7 +79,10 @@
 //! Daemon → shim requests ([`DaemonRequest`]): `inbound.message`,
 //! `control.signal`, `approval.resolve`, `clarify.resolve`,
 //! `host.queue_depth`. Notifications ([`DaemonNotification`]):
-//! `typing.pause`, `typing.resume`, `adapter.fatal`, `adapter.status`.
+//! `typing.pause`, `typing.resume`, `adapter.fatal`, `adapter.status`,
+//! `tool.availability` (`{name, available}`, additive: sent when the
+//! daemon's verdict on a tool changes, so the shim's `check_fn` answers
+//! from the latest one without a round trip; runtime-control.md §5.1).
 //!
 //! # Handshake and versioning
 //!

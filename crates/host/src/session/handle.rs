@@ -172,6 +172,19 @@ pub enum SessionInput {
         /// The result.
         result: Result<Value, String>,
     },
+    /// The Canon call of a `canon_communicate` call
+    /// ([`SessionEffect::Communicate`]) finished: the result object, or why
+    /// it failed.
+    CommunicateDone {
+        /// The `tool.call` request.
+        id: String,
+        /// Its type.
+        re: &'static str,
+        /// The call, as the effect carried it.
+        call: Box<crate::communicate::Communicate>,
+        /// Canon's result object, or the failure.
+        result: Result<serde_json::Map<String, Value>, crate::communicate::Failure>,
+    },
     /// The registry claimed the wake of a decided approval: hand it to
     /// Hermes (approvals.md §13).
     ApprovalWake(Box<crate::detached::ApprovalWake>),
@@ -243,7 +256,20 @@ impl Session {
 
     /// Handles one input at `now_ms`; `random` is fresh per call (a turn
     /// id, a standalone id group, an approval id or the handshake epoch).
+    /// When the input changed whether `canon_communicate` is available, the
+    /// shim is told last.
     pub fn handle(&mut self, input: SessionInput, now_ms: u64, random: u128) -> Vec<SessionEffect> {
+        let mut effects = self.handle_input(input, now_ms, random);
+        effects.extend(self.communicate_availability());
+        effects
+    }
+
+    fn handle_input(
+        &mut self,
+        input: SessionInput,
+        now_ms: u64,
+        random: u128,
+    ) -> Vec<SessionEffect> {
         match input {
             SessionInput::Line(bytes) => self.line(&bytes, now_ms, random),
             SessionInput::LineTooLarge => {
@@ -393,6 +419,14 @@ impl Session {
                 api,
                 result,
             } => vec![super::detached::detached_answer(&id, re, api, result)],
+            SessionInput::CommunicateDone {
+                id,
+                re,
+                call,
+                result,
+            } => vec![super::communicate::communicate_answer(
+                &id, re, &call, result,
+            )],
             SessionInput::ApprovalWake(wake) => self.approval_wake(*wake),
             SessionInput::CardWaitDone {
                 id,

@@ -324,6 +324,9 @@ fn describe(effect: &SessionEffect) -> String {
         SessionEffect::Detached { id, re, api, call } => {
             format!("detached {id} {re} api={api} {call:?}")
         }
+        SessionEffect::Communicate { id, re, call } => {
+            format!("communicate {id} {re} {:?}", call.request)
+        }
         SessionEffect::ApprovalReceipt(receipt) => {
             format!("approval receipt {}", receipt.approval_id)
         }
@@ -1048,6 +1051,7 @@ fn chat_info_before_connect_falls_back_to_the_id() {
     );
 }
 
+mod communicate;
 mod io;
 
 /// The sequence a real Hermes 0.19.0 gateway produced when a burst of

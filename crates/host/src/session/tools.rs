@@ -130,6 +130,9 @@ impl Session {
         home_channel: Option<&str>,
         now_ms: u64,
     ) -> Vec<SessionEffect> {
+        if call.name == crate::communicate::COMMUNICATE_TOOL {
+            return self.communicate_call(id, re, &call);
+        }
         if call.name != requests::RUNTIME_CONTROL_TOOL {
             return vec![tool_result_frame(
                 &id,

@@ -31,6 +31,7 @@ from ._busy import BusySeam, absorbed_refs, event_summary
 from ._constants import (CONTROL_ID_PREFIX, DAEMON_EXITED, INTERNAL, MULTIPLEX_MESSAGE, NOT_CONNECTED, PLATFORM,
                          STREAMING_OVERFLOW_LIMIT, TIMEOUTS, UNKNOWN_TYPE, MAX_MESSAGE_LENGTH as MESSAGE_LIMIT)
 from ._daemon import CRASH_LOOP, MANIFEST, SUPERVISOR, DaemonError, call, multiplex_active, turn_ctx
+from ._tools import tool_availability
 
 OGG = {"audio/ogg": ".ogg", "audio/opus": ".ogg"}  # Hermes' transcription refuses .oga and .opus
 RESENDABLE = ("adapter.send", "adapter.edit")  # idempotent after a respawn (see `_forward`)
@@ -372,6 +373,9 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     def _on_frame(self, d, frame):
         kind, rid, body = frame.get("type"), frame.get("id"), frame.get("body") or {}
+        if kind == "tool.availability" and not rid:  # needs no loop: kept on the child
+            tool_availability(d, body)
+            return
         if self._loop is not None:
             asyncio.run_coroutine_threadsafe(self._dispatch(d, kind, rid, body), self._loop)
         elif rid:

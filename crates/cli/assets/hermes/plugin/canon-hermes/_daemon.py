@@ -209,6 +209,7 @@ class Daemon:
         self.ids, self.pending, self.lock = itertools.count(1), {}, threading.Lock()
         self.out = queue.Queue(maxsize=QUEUE_FRAMES)
         self.handler = None  # callable(frame) for daemon-originated frames
+        self.available = {}  # tool name → this child's latest `tool.availability` verdict
         self.dead = self.closing = False
         self.on_exit = on_exit  # called on an unexpected exit
         for target in (self._write_loop, self._read_loop, self._stderr_loop):

@@ -2,7 +2,13 @@
 daemon owns their names, schemas and descriptions), each call forwarded to the daemon as one
 `tool.call` with the trusted turn context read here, in the tool worker thread where Hermes'
 session context is visible (hermes-host.md §19.6). The result string is the daemon's, verbatim.
-Standard library only.
+
+Each tool's `check_fn` is the one its manifest entry names: `credentials` (the daemon's probe)
+or `communication`, which answers from the verdict the daemon last pushed in a `tool.availability`
+notification (runtime-control.md §5.1: `canon_communicate` is offered only while connected with
+an open or approval-required outbound policy). A changed verdict drops Hermes' cached checks and
+tool lists, so the next agent Hermes builds sees it; the daemon refuses a call the policy no
+longer allows in any case. Standard library only.
 """
 
 import json
@@ -39,16 +45,62 @@ def _handler(tool):
     return handle
 
 
+_PUSHED_CHECKS = {}  # tool name → its `communication` check; one object each (Hermes caches by it)
+
+
+def _pushed_check(name):
+    """The `communication` check of tool `name`: the live child's latest verdict; False without
+    one."""
+    if name not in _PUSHED_CHECKS:
+        def check():
+            d = SUPERVISOR.peek()
+            return bool(d is not None and d.available.get(name))
+        check.__qualname__ = "canon_hermes.%s_available" % name
+        _PUSHED_CHECKS[name] = check
+    return _PUSHED_CHECKS[name]
+
+
+def _forget_checks():
+    """Drops what Hermes cached from earlier checks: the verdicts (30 s, and a lost True served
+    for 60 s more) and the tool lists built from them (kept until the registry changes)."""
+    try:
+        from tools.registry import invalidate_check_fn_cache
+        invalidate_check_fn_cache()
+    except Exception as exc:  # an older registry: its own expiry applies
+        log.debug("canon-hermes: check cache not dropped: %s", exc)
+    try:
+        import model_tools
+        model_tools._clear_tool_defs_cache()
+    except Exception as exc:
+        log.debug("canon-hermes: tool list cache not dropped: %s", exc)
+
+
+def tool_availability(d, body):
+    """`tool.availability {name, available}` from child `d` (reader thread): keeps the verdict
+    on the child, and when it changed makes Hermes check again."""
+    name = body.get("name")
+    if not isinstance(name, str):
+        return
+    available = bool(body.get("available"))
+    changed = d.available.get(name, False) != available
+    d.available[name] = available
+    if changed:
+        log.info("canon-hermes: %s is now %s", name, "available" if available else "withheld")
+        _forget_checks()
+
+
 def register_tools(ctx, check_fn):
     """Registers every manifest tool (synchronous handlers: hermes-host.md §7 says async ones would
-    run on a loop of their own anyway) and the toolset aliases."""
+    run on a loop of their own anyway) with the check its manifest entry names (`check_fn`, the
+    credentials probe, unless it says `communication`) and the toolset aliases."""
     if not hasattr(ctx, "register_tool"):
         return
     for tool in MANIFEST.get("tools", []):
         if not tool.get("name") or not isinstance(tool.get("schema"), dict):
             continue
+        check = _pushed_check(tool["name"]) if tool.get("check") == "communication" else check_fn
         ctx.register_tool(name=tool["name"], toolset=tool.get("toolset", "canon"), schema=tool["schema"],
-                          handler=_handler(tool), check_fn=check_fn, description=tool.get("description", ""),
+                          handler=_handler(tool), check_fn=check, description=tool.get("description", ""),
                           emoji=tool.get("emoji", ""))
     aliases = MANIFEST.get("toolset_aliases") or {}
     if aliases:
