@@ -279,6 +279,33 @@ impl Gateway {
         pids
     }
 
+    /// Children of the gateway left as zombies (state `Z`: exited, never waited for).
+    pub(crate) fn zombie_children(&self) -> Vec<u32> {
+        let parent = self.child.id();
+        let mut zombies = Vec::new();
+        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let mut fields = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = fields.next();
+            let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(parent) && state == Some("Z") {
+                zombies.push(pid);
+            }
+        }
+        zombies
+    }
+
     /// `kill -9` every daemon child of this gateway (by pid); returns the pids killed.
     pub(crate) fn kill_daemons(&self) -> Vec<u32> {
         let pids = self.daemon_pids();

@@ -362,6 +362,16 @@ async fn daemon_crash_loop_hands_over_to_the_gateway_reconnect() {
         let pid = sc.next_daemon(&seen).await;
         seen.push(pid);
     }
+    // Every killed child was waited for (reliability review L8): none is left a zombie.
+    let deadline = std::time::Instant::now() + TURN;
+    while !sc.gateway.zombie_children().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "zombie daemons {:?}",
+            sc.gateway.zombie_children()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let log =
         || std::fs::read_to_string(sc.gateway.home.path().join("gateway.out")).unwrap_or_default();
     let deadline = std::time::Instant::now() + TURN;

@@ -345,3 +345,18 @@ fn the_shim_hands_hermes_one_wake_per_approval_across_daemon_respawns() {
         "[False, True, False, False, False, False]"
     );
 }
+
+#[test]
+fn the_daemon_gets_only_the_environment_it_reads() {
+    // Reliability review L8: the model providers' keys and the rest of the gateway's environment
+    // stay with the gateway; the daemon's own settings, the basics and the TLS roots pass.
+    let code = "from shim import _daemon as d\n\
+         env = d.daemon_env({'OPENAI_API_KEY': 'sk-x', 'ANTHROPIC_API_KEY': 'sk-y', 'AWS_SECRET': 'z',\n\
+         \x20                   'CANON_API_KEY': 'k', 'HERMES_HOME': '/h', 'PATH': '/bin', 'HOME': '/root',\n\
+         \x20                   'RUST_LOG': 'info', 'SSL_CERT_FILE': '/c', 'LANG': 'C'}, CANON_HERMES_PARENT_PID='1')\n\
+         print(sorted(env))\n";
+    assert_eq!(
+        run_shim_python(code).trim(),
+        "['CANON_API_KEY', 'CANON_HERMES_PARENT_PID', 'HERMES_HOME', 'HOME', 'LANG', 'PATH', 'RUST_LOG', 'SSL_CERT_FILE']"
+    );
+}

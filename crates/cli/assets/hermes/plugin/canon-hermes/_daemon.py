@@ -195,13 +195,27 @@ def settle(fut, frame):
 
 # ----- the child -----
 
+# What the daemon may see of the gateway's environment (reliability review L8): its own settings
+# (CANON_*, HERMES_*), logging, TLS roots, locale and the basics of a process. Everything else —
+# the model providers' keys above all — stays with the gateway.
+ENV_PREFIXES = ("CANON_", "HERMES_", "RUST_", "SSL_CERT_", "LC_", "XDG_")
+ENV_NAMES = frozenset(("HOME", "PATH", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ"))
+
+
+def daemon_env(environ, **extra):
+    """The environment of a daemon child: `environ` filtered to what the daemon reads, plus `extra`."""
+    env = {k: v for k, v in environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+    env.update(extra)
+    return env
+
+
 class Daemon:
     """One `canon-hermes serve --stdio` child: writer, reader and stderr threads."""
 
     def __init__(self, on_exit=None):
         home = os.environ.get("HERMES_HOME") or str(Path.home() / ".hermes")
-        env = dict(os.environ, HERMES_HOME=home, CANON_HERMES_SHIM_PROTOCOL=str(PROTOCOL),
-                   CANON_HERMES_PARENT_PID=str(os.getpid()))
+        env = daemon_env(os.environ, HERMES_HOME=home, CANON_HERMES_SHIM_PROTOCOL=str(PROTOCOL),
+                         CANON_HERMES_PARENT_PID=str(os.getpid()))
         # A session (and process group) of its own: the terminal's Ctrl-C goes to the gateway, which
         # then closes the daemon's stdin, instead of killing the daemon mid-write at the same time.
         self.proc = subprocess.Popen([binary(), "serve", "--stdio"], cwd=home, env=env, stdin=subprocess.PIPE,
@@ -303,6 +317,14 @@ class Daemon:
                 return
             except subprocess.TimeoutExpired:
                 escalate()
+        self._reap()
+
+    def _reap(self):
+        """Waits for the exited (or killed) child, so no zombie is left (reliability review L8)."""
+        try:
+            self.proc.wait(KILL_WAIT)
+        except (subprocess.TimeoutExpired, OSError):
+            daemon_log.warning("canon-hermes daemon %s did not exit", self.proc.pid)
 
     def _write_loop(self):
         while True:
@@ -340,6 +362,8 @@ class Daemon:
             self.on_exit(self)
         for fut in pending.values():
             resolve(fut, error=DaemonError.of(EXITED))
+        if not self.closing:  # a crash: nobody else waits for this child
+            self._reap()
 
     def _stderr_loop(self):
         for raw in self.proc.stderr:
