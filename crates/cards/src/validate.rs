@@ -701,7 +701,7 @@ impl<'a> Validator<'a> {
 }
 
 /// `object[key]`. Card records hold a handful of keys, where comparing keys in order beats
-/// hashing the probe with SipHash; large (hostile) objects fall back to the hash index.
+/// hashing the probe with SipHash; large (hostile) objects use the hash index.
 #[inline]
 fn get<'o>(object: &'o Map<String, Value>, key: &str) -> Option<&'o Value> {
     if object.len() <= 16 {
@@ -710,7 +710,7 @@ fn get<'o>(object: &'o Map<String, Value>, key: &str) -> Option<&'o Value> {
             .find(|(k, _)| js::key_eq(k, key))
             .map(|(_, v)| v)
     } else {
-        get(object, key)
+        object.get(key)
     }
 }
 
