@@ -88,7 +88,9 @@ fn card_corpus(c: &mut Criterion) {
     report("large", &large, stats.large_bytes);
 
     let mut group = c.benchmark_group("card_corpus");
+    // A pass takes tens of milliseconds; 20 samples of up to 20 passes need this long.
     group.sample_size(20);
+    group.measurement_time(Duration::from_secs(12));
     group.throughput(Throughput::Bytes(stats.total_bytes as u64));
     group.bench_function("all", |b| b.iter(|| pass(&all)));
     group.throughput(Throughput::Bytes(stats.large_bytes as u64));

@@ -76,7 +76,7 @@ pub(crate) fn validate(card: &Value) -> Validation {
     };
     let mut v = Validator {
         errors: Vec::new(),
-        segments: Vec::with_capacity(16),
+        path: Path::default(),
         action_ids: Seen::new(LIMITS.total_actions),
         total_actions: 0,
         actions_blocks: 0,
@@ -94,7 +94,7 @@ pub(crate) fn validate(card: &Value) -> Validation {
 fn walked_sizes(card: &Map<String, Value>) -> Sizes {
     let mut v = Validator {
         errors: Vec::new(),
-        segments: Vec::new(),
+        path: Path::default(),
         action_ids: Seen::new(0),
         total_actions: 0,
         actions_blocks: 0,
@@ -109,6 +109,45 @@ fn walked_sizes(card: &Map<String, Value>) -> Sizes {
 enum Segment {
     Key(&'static str),
     Index(usize),
+}
+
+/// The most segments a path below `card` can have: the schema's deepest value is
+/// `card.blocks[i].actions[j].fields[k].columns[c].choices[n]`, ten segments.
+const MAX_SEGMENTS: usize = 12;
+
+/// The segments of the current path, kept inline (no allocation per card).
+struct Path {
+    segments: [Segment; MAX_SEGMENTS],
+    len: usize,
+}
+
+impl Default for Path {
+    fn default() -> Path {
+        Path {
+            segments: [Segment::Index(0); MAX_SEGMENTS],
+            len: 0,
+        }
+    }
+}
+
+impl Path {
+    #[inline]
+    fn push(&mut self, segment: Segment) {
+        // The schema never nests deeper than MAX_SEGMENTS; a deeper push would only shorten
+        // the rendered path, never panic.
+        debug_assert!(
+            self.len < MAX_SEGMENTS,
+            "path deeper than the schema allows"
+        );
+        if let Some(slot) = self.segments.get_mut(self.len) {
+            *slot = segment;
+        }
+        self.len += 1;
+    }
+
+    fn segments(&self) -> &[Segment] {
+        &self.segments[..self.len.min(MAX_SEGMENTS)]
+    }
 }
 
 /// The slot of `key` in a record's allowed keys, computed at compile time; a key that is not
@@ -286,8 +325,8 @@ impl<const N: usize> Drop for Record<'_, N> {
 
 struct Validator<'a> {
     errors: Vec<String>,
-    /// The path of the value being checked, as segments below `card`.
-    segments: Vec<Segment>,
+    /// The path of the value being checked.
+    path: Path,
     action_ids: Seen<'a>,
     total_actions: usize,
     actions_blocks: usize,
@@ -303,36 +342,41 @@ impl<'a> Validator<'a> {
 
     #[inline]
     fn push_key(&mut self, key: &'static str) -> usize {
-        let mark = self.segments.len();
-        self.segments.push(Segment::Key(key));
+        let mark = self.path.len;
+        self.path.push(Segment::Key(key));
         mark
     }
 
     #[inline]
     fn push_index(&mut self, index: usize) -> usize {
-        let mark = self.segments.len();
-        self.segments.push(Segment::Index(index));
+        let mark = self.path.len;
+        self.path.push(Segment::Index(index));
         mark
     }
 
     #[inline]
     fn pop(&mut self, mark: usize) {
-        self.segments.truncate(mark);
+        self.path.len = mark;
     }
 
     /// Points the innermost segment, pushed by [`Validator::push_index`], at entry `index`.
     #[inline]
     fn set_index(&mut self, index: usize) {
-        if let Some(last) = self.segments.last_mut() {
+        if let Some(last) = self
+            .path
+            .len
+            .checked_sub(1)
+            .and_then(|i| self.path.segments.get_mut(i))
+        {
             *last = Segment::Index(index);
         }
     }
 
     /// The current path (cards.md §2.3).
     fn path(&self) -> String {
-        let mut p = String::with_capacity(16 + 12 * self.segments.len());
+        let mut p = String::with_capacity(16 + 12 * self.path.len);
         p.push_str("card");
-        for segment in &self.segments {
+        for segment in self.path.segments() {
             match segment {
                 Segment::Key(key) => {
                     p.push('.');
