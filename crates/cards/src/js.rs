@@ -14,11 +14,28 @@ use crate::vocab::JS_TRIM_CODE_POINTS;
 /// The length of `s` as JavaScript's `String.length` counts it: UTF-16 code units.
 #[must_use]
 pub fn utf16_len(s: &str) -> usize {
-    // An OR over all bytes vectorizes; any byte >= 0x80 means non-ASCII.
-    if s.bytes().fold(0u8, |acc, b| acc | b) < 0x80 {
-        return s.len();
+    // Every UTF-8 byte that does not continue a sequence starts one character of one unit, and
+    // a four-byte leader (0xF0 and up) starts a supplementary character of two units. Summing
+    // per byte vectorizes, where decoding characters would not.
+    s.bytes()
+        .map(|b| usize::from((b & 0xc0) != 0x80) + usize::from(b >= 0xf0))
+        .sum()
+}
+
+/// Whether `s` is longer than `max` UTF-16 code units (cards.md §2.4), counting only when the
+/// byte length cannot decide: a character never takes more units than bytes, nor fewer than a
+/// third of its bytes.
+#[inline]
+#[must_use]
+pub(crate) fn utf16_len_exceeds(s: &str, max: usize) -> bool {
+    let bytes = s.len();
+    if bytes <= max {
+        return false;
     }
-    s.chars().map(char::len_utf16).sum()
+    if bytes.div_ceil(3) > max {
+        return true;
+    }
+    utf16_len(s) > max
 }
 
 /// Whether `c` is removed by ECMAScript `String.prototype.trim` (cards.md §2.5).
@@ -32,15 +49,29 @@ pub fn is_js_whitespace(c: char) -> bool {
 }
 
 /// `s.trim()` with the ECMAScript whitespace set (not Rust's, not Python's).
+#[inline]
 #[must_use]
 pub fn js_trim(s: &str) -> &str {
+    // A string that starts and ends with printable ASCII has nothing to trim.
+    let bytes = s.as_bytes();
+    if let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) {
+        if first > b' ' && first < 0x80 && last > b' ' && last < 0x80 {
+            return s;
+        }
+    }
     s.trim_matches(is_js_whitespace)
 }
 
 /// Whether `s` is empty after ECMAScript trim.
+#[inline]
 #[must_use]
 pub fn is_blank(s: &str) -> bool {
-    s.chars().all(is_js_whitespace)
+    // Almost every string starts with a printable ASCII character, which settles it.
+    match s.as_bytes().first() {
+        None => true,
+        Some(&b) if b > b' ' && b < 0x80 => false,
+        Some(_) => s.chars().all(is_js_whitespace),
+    }
 }
 
 /// Whether `key` is an array index in the sense of ECMAScript own-key ordering: the canonical
@@ -108,19 +139,39 @@ pub fn push_usize(out: &mut String, mut n: usize) {
     }
 }
 
-/// Whether two keys are equal, checking the cheap distinguishing bytes before `memcmp`.
+/// Whether two keys are equal: lengths first, then, for keys of up to 16 bytes, at most two
+/// overlapping machine words each instead of a byte loop or a call to `memcmp`.
 #[inline]
 #[must_use]
 pub fn key_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
+    let n = a.len();
+    if n != b.len() {
         return false;
     }
-    // Keys are short; an inline loop beats a call to `memcmp`.
-    if a.len() <= 16 {
-        return a.iter().zip(b).all(|(x, y)| x == y);
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=7 => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+        8..=16 => word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8),
+        _ => a == b,
     }
-    a == b
+}
+
+/// The four bytes of `s` at `at` as one word.
+#[inline]
+fn word4(s: &[u8], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&s[at..at + 4]);
+    u32::from_ne_bytes(word)
+}
+
+/// The eight bytes of `s` at `at` as one word.
+#[inline]
+fn word8(s: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&s[at..at + 8]);
+    u64::from_ne_bytes(word)
 }
 
 /// A fixed buffer for one formatted double; `{:e}` of an `f64` never exceeds it.
@@ -292,52 +343,102 @@ fn push_scalar(out: &mut String, value: &Value, in_array: bool) {
 /// without serializing (cards.md §11).
 #[must_use]
 pub fn json_stringify_len(value: &Value) -> usize {
-    len_recursive(value, 0)
+    let mut sizes = Sizes::default();
+    sizes.measure(value);
+    sizes.unescaped + escape_extras(value)
 }
 
-/// Whether `JSON.stringify(value)` is longer than `limit` bytes. A cheap upper bound (every
-/// string byte escaped to six, every number at its longest spelling) settles most cards
-/// without reading a single string byte; only cards near the cap are measured exactly.
+/// Whether `JSON.stringify(value)` is longer than `limit` bytes (cards.md §11).
 #[must_use]
 pub fn json_stringify_len_exceeds(value: &Value, limit: usize) -> bool {
-    if upper_bound(value, 0, limit) <= limit {
-        return false;
-    }
-    json_stringify_len(value) > limit
+    let mut sizes = Sizes::default();
+    sizes.measure(value);
+    sizes.exceeds(value, limit)
 }
 
-/// The longest ECMAScript spelling of a double, e.g. `-2.2250738585072014e-308`.
-const MAX_NUMBER_LEN: usize = 24;
+/// The most bytes an escape adds to one byte of a string (`\u00XX` for a control character).
+const MAX_ESCAPE_EXTRA: usize = 5;
 
-/// An upper bound of the stringified length that stops growing past `limit`.
-fn upper_bound(value: &Value, depth: usize, limit: usize) -> usize {
-    match value {
-        Value::Null | Value::Bool(_) => 5,
-        Value::Number(_) => MAX_NUMBER_LEN,
-        Value::String(s) => 2 + 6 * s.len(),
-        _ if depth >= RECURSION_BUDGET => usize::MAX,
-        Value::Array(items) => {
-            let mut total = 2 + items.len();
-            for item in items {
-                total = total.saturating_add(upper_bound(item, depth + 1, limit));
-                if total > limit {
-                    return total;
-                }
-            }
-            total
+/// The stringified size of a value, gathered without reading the bytes of its string values:
+/// the exact length with every string value counted unescaped (its quotes plus its bytes), and
+/// the number of string-value bytes, which bounds what their escapes can add. Keys are counted
+/// exactly: an allowed key has no escapes, and any other key is read on the spot.
+///
+/// The validator fills one while it walks a card, so a card is traversed once for both; any
+/// part it does not visit it hands to [`Sizes::measure`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Sizes {
+    /// The stringified length with every string value counted as its quotes plus its bytes.
+    pub(crate) unescaped: usize,
+    /// The bytes of every string value.
+    pub(crate) string_bytes: usize,
+}
+
+impl Sizes {
+    /// A scalar (null, boolean, number or string); arrays and objects add nothing here.
+    #[inline]
+    pub(crate) fn scalar(&mut self, value: &Value) {
+        match value {
+            Value::Null | Value::Bool(true) => self.unescaped += 4,
+            Value::Bool(false) => self.unescaped += 5,
+            Value::Number(n) => self.unescaped += number_len(n),
+            Value::String(s) => self.string(s),
+            Value::Array(_) | Value::Object(_) => {}
         }
-        Value::Object(map) => {
-            let mut total = 2 + map.len();
-            for (key, item) in map {
-                total = total
-                    .saturating_add(3 + 6 * key.len())
-                    .saturating_add(upper_bound(item, depth + 1, limit));
-                if total > limit {
-                    return total;
-                }
-            }
-            total
+    }
+
+    #[inline]
+    fn string(&mut self, s: &str) {
+        self.unescaped += 2 + s.len();
+        self.string_bytes += s.len();
+    }
+
+    /// An object member's key and its colon.
+    #[inline]
+    pub(crate) fn key(&mut self, key: &str) {
+        self.unescaped += 3 + key.len() + string_escape_extra(key);
+    }
+
+    /// An object member's key known to need no escape (an allowed key), and its colon.
+    #[inline]
+    pub(crate) fn plain_key(&mut self, key: &str) {
+        self.unescaped += 3 + key.len();
+    }
+
+    /// The brackets and commas of an array or object of `n` entries.
+    #[inline]
+    pub(crate) fn container(&mut self, n: usize) {
+        self.unescaped += 2 + n.saturating_sub(1);
+    }
+
+    /// `value` and everything below it.
+    pub(crate) fn measure(&mut self, value: &Value) {
+        match value {
+            Value::Array(_) | Value::Object(_) => measure_recursive(value, 0, self),
+            scalar => self.scalar(scalar),
         }
+    }
+
+    /// `value` and everything below it when it is an array or object; a scalar is measured by
+    /// its parent.
+    #[inline]
+    pub(crate) fn measure_container(&mut self, value: &Value) {
+        if matches!(value, Value::Array(_) | Value::Object(_)) {
+            measure_recursive(value, 0, self);
+        }
+    }
+
+    /// Whether `value`, which these sizes describe, stringifies to more than `limit` bytes.
+    ///
+    /// An escape adds at most five bytes to a character, so the unescaped length and the string
+    /// bytes settle nearly every card; only a card whose escapes could decide it is read byte by
+    /// byte.
+    pub(crate) fn exceeds(&self, value: &Value, limit: usize) -> bool {
+        if self.unescaped > limit {
+            return true;
+        }
+        let slack = limit - self.unescaped;
+        escapes_exceed(value, self.string_bytes, slack)
     }
 }
 
@@ -345,54 +446,146 @@ fn upper_bound(value: &Value, depth: usize, limit: usize) -> usize {
 /// handful of levels deep, hostile ones may be a million.
 const RECURSION_BUDGET: usize = 48;
 
-fn len_recursive(value: &Value, depth: usize) -> usize {
+fn measure_recursive(value: &Value, depth: usize, sizes: &mut Sizes) {
+    if depth >= RECURSION_BUDGET {
+        measure_iterative(value, sizes);
+        return;
+    }
+    // Scalars are counted in their container's loop, so only containers cost a call.
     match value {
-        Value::Null | Value::Bool(true) => 4,
-        Value::Bool(false) => 5,
-        Value::Number(n) => number_len(n),
-        Value::String(s) => string_len(s),
-        _ if depth >= RECURSION_BUDGET => len_iterative(value),
         Value::Array(items) => {
-            2 + items.len().saturating_sub(1)
-                + items
-                    .iter()
-                    .map(|v| len_recursive(v, depth + 1))
-                    .sum::<usize>()
+            sizes.container(items.len());
+            for item in items {
+                match item {
+                    Value::Array(_) | Value::Object(_) => measure_recursive(item, depth + 1, sizes),
+                    scalar => sizes.scalar(scalar),
+                }
+            }
         }
         Value::Object(map) => {
-            2 + map.len().saturating_sub(1)
-                + map
-                    .iter()
-                    .map(|(k, v)| string_len(k) + 1 + len_recursive(v, depth + 1))
-                    .sum::<usize>()
+            sizes.container(map.len());
+            for (key, item) in map {
+                sizes.key(key);
+                match item {
+                    Value::Array(_) | Value::Object(_) => measure_recursive(item, depth + 1, sizes),
+                    scalar => sizes.scalar(scalar),
+                }
+            }
+        }
+        scalar => sizes.scalar(scalar),
+    }
+}
+
+fn measure_iterative(value: &Value, sizes: &mut Sizes) {
+    let mut stack: Vec<&Value> = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => {
+                sizes.container(items.len());
+                stack.extend(items.iter());
+            }
+            Value::Object(map) => {
+                sizes.container(map.len());
+                for (key, item) in map {
+                    sizes.key(key);
+                    stack.push(item);
+                }
+            }
+            scalar => sizes.scalar(scalar),
         }
     }
 }
 
-fn len_iterative(value: &Value) -> usize {
-    let mut total = 0usize;
+/// Whether the escapes of the string values under `value`, which hold `string_bytes` bytes,
+/// add more than `slack` bytes. Strings are read only until the answer is certain: the
+/// escapes found so far already exceed the slack, or five more per byte still unread would
+/// not.
+fn escapes_exceed(value: &Value, string_bytes: usize, slack: usize) -> bool {
+    if string_bytes.saturating_mul(MAX_ESCAPE_EXTRA) <= slack {
+        return false;
+    }
+    let mut extra = 0usize;
+    let mut unread = string_bytes;
+    let mut decided = |s: &str| -> Option<bool> {
+        extra += string_escape_extra(s);
+        unread = unread.saturating_sub(s.len());
+        if extra > slack {
+            Some(true)
+        } else if unread.saturating_mul(MAX_ESCAPE_EXTRA) <= slack - extra {
+            Some(false)
+        } else {
+            None
+        }
+    };
     let mut stack: Vec<&Value> = vec![value];
-    while let Some(v) = stack.pop() {
-        total += match v {
-            Value::Null | Value::Bool(true) => 4,
-            Value::Bool(false) => 5,
-            Value::Number(n) => number_len(n),
-            Value::String(s) => string_len(s),
-            Value::Array(items) => {
-                stack.extend(items.iter());
-                2 + items.len().saturating_sub(1)
-            }
-            Value::Object(map) => {
-                let mut own = 2 + map.len().saturating_sub(1);
-                for (key, item) in map {
-                    own += string_len(key) + 1;
-                    stack.push(item);
+    // Strings directly inside an array or object are read in the loop over its entries;
+    // arrays and objects wait on the stack.
+    macro_rules! entry {
+        ($item:expr) => {
+            match $item {
+                Value::String(s) => {
+                    if let Some(answer) = decided(s) {
+                        return answer;
+                    }
                 }
-                own
+                item @ (Value::Array(_) | Value::Object(_)) => stack.push(item),
+                _ => {}
             }
         };
     }
-    total
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => {
+                if let Some(answer) = decided(s) {
+                    return answer;
+                }
+            }
+            Value::Array(items) => {
+                for item in items {
+                    entry!(item);
+                }
+            }
+            Value::Object(map) => {
+                for item in map.values() {
+                    entry!(item);
+                }
+            }
+            _ => {}
+        }
+    }
+    extra > slack
+}
+
+/// The bytes escapes add to every string value under `value` (keys are counted exactly by
+/// [`Sizes`]).
+fn escape_extras(value: &Value) -> usize {
+    let mut extra = 0usize;
+    let mut stack: Vec<&Value> = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => extra += string_escape_extra(s),
+            Value::Array(items) => {
+                for item in items {
+                    match item {
+                        Value::String(s) => extra += string_escape_extra(s),
+                        Value::Array(_) | Value::Object(_) => stack.push(item),
+                        _ => {}
+                    }
+                }
+            }
+            Value::Object(map) => {
+                for item in map.values() {
+                    match item {
+                        Value::String(s) => extra += string_escape_extra(s),
+                        Value::Array(_) | Value::Object(_) => stack.push(item),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    extra
 }
 
 fn number_len(n: &Number) -> usize {
@@ -419,45 +612,59 @@ fn number_len(n: &Number) -> usize {
 ///
 /// For the smallest `p` such that `r = round(x * 10^p)` divided by `10^p` is exactly `x`, the
 /// decimal `r × 10^-p` round-trips (both operands are exact, so the quotient is the correctly
-/// rounded value `JSON.parse` gives that decimal). Keeping `x * 10^p` below 2^49 makes the
+/// rounded value `JSON.parse` gives that decimal). Keeping `x * 10^4` below 2^49 makes the
 /// spacing of doubles there at most 1/8, so no other integer can round-trip and `r` is the
 /// digit string ECMAScript chooses.
+///
+/// One scaling by 10^4 finds every such `p`: when `p` works, `x * 10^4` lies within rounding
+/// error of the integer `r × 10^(4-p)`, whose quotient by 10^4 is the same correctly rounded
+/// double, so `R = round(x * 10^4)` passes the check exactly when some `p <= 4` does, and
+/// stripping the trailing zeros of `R` gives the smallest `p` and its `r`.
 fn short_decimal_len(x: f64) -> Option<usize> {
-    const SCALES: [f64; 5] = [1.0, 10.0, 100.0, 1_000.0, 10_000.0];
+    const SCALE: f64 = 10_000.0;
     const SCALED_MAX: f64 = (1u64 << 49) as f64;
     let sign = usize::from(x < 0.0);
     let a = x.abs();
-    if a < 1e-4 {
+    let y = a * SCALE;
+    if !(1.0..SCALED_MAX).contains(&y) {
         return None;
     }
-    for (p, scale) in SCALES.iter().enumerate() {
-        let y = a * scale;
-        if y >= SCALED_MAX {
-            return None;
-        }
-        let r = y.round();
-        if r / scale == a {
-            // `r` < 2^49 here, so the cast is exact.
-            let digits = decimal_digits(r as u64);
-            return Some(
-                sign + if a < 1.0 {
-                    2 + p
-                } else {
-                    digits + usize::from(p > 0)
-                },
-            );
-        }
+    // Truncating `y + 0.5` rounds to nearest without a libm call. The sum may itself round,
+    // but only where `y` is far from every integer, and there no candidate passes the check
+    // below anyway. `y` < 2^49, so both casts are exact.
+    let mut r = (y + 0.5) as u64;
+    if r as f64 / SCALE != a {
+        return None;
     }
-    None
+    let mut p = 4;
+    while p > 0 && r % 10 == 0 {
+        r /= 10;
+        p -= 1;
+    }
+    let digits = decimal_digits(r);
+    Some(
+        sign + if a < 1.0 {
+            2 + p
+        } else {
+            digits + usize::from(p > 0)
+        },
+    )
 }
 
-fn decimal_digits(mut u: u64) -> usize {
-    let mut digits = 1;
-    while u >= 10 {
-        u /= 10;
-        digits += 1;
-    }
-    digits
+/// The number of decimal digits of `u`: one plus the powers of ten it reaches.
+fn decimal_digits(u: u64) -> usize {
+    const POWERS: [u64; 19] = {
+        let mut powers = [0u64; 19];
+        let mut p = 10u64;
+        let mut i = 0;
+        while i < 19 {
+            powers[i] = p;
+            p = p.wrapping_mul(10);
+            i += 1;
+        }
+        powers
+    };
+    1 + POWERS.iter().take_while(|&&p| u >= p).count()
 }
 
 /// [`escape_extra`] as a table, for branch-free loops.
@@ -481,34 +688,91 @@ const fn escape_extra(b: u8) -> usize {
     }
 }
 
-/// Serialized length of a JSON string under `JSON.stringify`: quotes, two-byte short escapes,
-/// six-byte `\u00XX` escapes for other controls, raw UTF-8 for everything else.
+/// The bytes `JSON.stringify` adds to `s` beyond its own bytes and quotes: one for each
+/// two-byte short escape, five for each other `\u00XX` control escape.
+///
+/// Nearly every piece of text needs no escape, so the work is finding that out cheaply, with
+/// fixed-size windows the compiler turns into a few vector instructions each: 64-byte blocks,
+/// then the window that ends the string for the last partial block; a string shorter than a
+/// block is covered by two overlapping windows of 32 or 16 bytes, or by machine words. Only a
+/// piece that holds an escape is counted byte by byte.
 #[inline]
-fn string_len(s: &str) -> usize {
+fn string_escape_extra(s: &str) -> usize {
     let bytes = s.as_bytes();
-    if bytes.len() < 64 {
-        // Short strings (keys, labels): a branch-free table sum.
-        let extra: usize = bytes
-            .iter()
-            .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
-            .sum();
-        return 2 + bytes.len() + extra;
+    let n = bytes.len();
+    let flagged = match n {
+        0..=15 => short_needs_escape(bytes),
+        16..=31 => window_needs_escape::<16>(bytes, 0) || window_needs_escape::<16>(bytes, n - 16),
+        32..=63 => window_needs_escape::<32>(bytes, 0) || window_needs_escape::<32>(bytes, n - 32),
+        _ => return long_escape_extra(bytes),
+    };
+    if flagged {
+        counted_escape_extra(bytes)
+    } else {
+        0
     }
+}
+
+fn long_escape_extra(bytes: &[u8]) -> usize {
+    let n = bytes.len();
     let mut extra = 0usize;
-    // Most blocks need no escape at all: a vectorizable OR-reduction finds the ones that do,
-    // and only those are counted byte by byte.
-    for block in bytes.chunks(64) {
-        let needs_escape = block.iter().fold(false, |acc, &b| {
-            acc | (b < 0x20) | (b == b'"') | (b == b'\\')
-        });
-        if needs_escape {
-            extra += block
-                .iter()
-                .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
-                .sum::<usize>();
+    let mut blocks = bytes.chunks_exact(64);
+    for block in &mut blocks {
+        if window_needs_escape::<64>(block, 0) {
+            extra += counted_escape_extra(block);
         }
     }
-    2 + bytes.len() + extra
+    let tail = blocks.remainder();
+    if !tail.is_empty() && window_needs_escape::<64>(bytes, n - 64) {
+        extra += counted_escape_extra(tail);
+    }
+    extra
+}
+
+/// Whether the `K` bytes of `bytes` from `at` hold a byte that needs an escape (true when
+/// there are fewer, which only makes the caller count).
+#[inline]
+fn window_needs_escape<const K: usize>(bytes: &[u8], at: usize) -> bool {
+    let Some(window) = bytes
+        .get(at..at + K)
+        .and_then(|w| <&[u8; K]>::try_from(w).ok())
+    else {
+        return true;
+    };
+    window.iter().fold(0u8, |acc, &b| {
+        acc | u8::from(b < 0x20) | u8::from(b == b'"') | u8::from(b == b'\\')
+    }) != 0
+}
+
+fn counted_escape_extra(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
+        .sum()
+}
+
+/// Whether a string of fewer than 16 bytes holds a byte that needs an escape: one word, and a
+/// second overlapping it.
+#[inline]
+fn short_needs_escape(bytes: &[u8]) -> bool {
+    let n = bytes.len();
+    if n < 8 {
+        return bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+    }
+    word_needs_escape(word8(bytes, 0)) || word_needs_escape(word8(bytes, n - 8))
+}
+
+/// Whether one of the eight bytes of `word` is a control character, `"` or `\` (the classic
+/// exact tests for a zero byte and for a byte below a bound, applied to all bytes at once).
+#[inline]
+fn word_needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS != 0;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
+    below_space
+        || has_zero(word ^ (ONES * u64::from(b'"')))
+        || has_zero(word ^ (ONES * u64::from(b'\\')))
 }
 
 #[cfg(test)]
@@ -606,6 +870,53 @@ mod tests {
         assert!(!is_blank("\u{1f}"));
         assert_eq!(js_trim("\u{feff} a \u{a0}"), "a");
         assert_eq!(utf16_len("\u{1f600}a"), 3);
+    }
+
+    /// Every decimal of up to five places in a small range (and with a few large integer
+    /// parts), measured through the fast path or around it, against `Number::toString`.
+    #[test]
+    fn short_decimal_lengths_match_number_to_string_exhaustively() {
+        for places in 0..=5 {
+            let scale = 10f64.powi(places);
+            let large = [1i64 << 40, 5_629_499_534_213, 9_007_199_254_740_991];
+            let units = (-30_000i64..30_000).chain(large.iter().flat_map(|&u| [u, -u, u + 7]));
+            for units in units {
+                let x = units as f64 / scale;
+                let n = Number::from_f64(x).expect("finite");
+                assert_eq!(number_len(&n), js_number_string(x).len(), "x = {x}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Decimals across the whole range the fast path covers (up to about 5.6e10) and past
+        /// it agree with `Number::toString`.
+        #[test]
+        fn decimal_lengths_match_number_to_string(
+            units in -100_000_000_000_000i64..100_000_000_000_000,
+            places in 0i32..7,
+        ) {
+            let x = units as f64 / 10f64.powi(places);
+            let n = Number::from_f64(x).expect("finite");
+            assert_eq!(number_len(&n), js_number_string(x).len(), "x = {x}");
+        }
+
+        /// The early-exit escape check agrees with the exact length on escape-heavy text, for
+        /// every limit around it (the slack check, the bound and the byte count all decide).
+        #[test]
+        fn escape_check_agrees_with_exact_length(
+            texts in proptest::collection::vec("[a\"\\\\\u{1}\n\u{1f}é]{0,150}", 0..12),
+            key in "[a\"\u{2}]{0,6}",
+        ) {
+            let mut object = Map::new();
+            object.insert(key, Value::Array(texts.into_iter().map(Value::String).collect()));
+            let value = Value::Object(object);
+            let exact = json_stringify_len(&value);
+            assert_eq!(exact, serde_json::to_string(&value).map_or(0, |t| t.len()));
+            for limit in exact.saturating_sub(40)..=exact + 40 {
+                assert_eq!(json_stringify_len_exceeds(&value, limit), exact > limit, "limit {limit}");
+            }
+        }
     }
 
     #[test]

@@ -211,6 +211,33 @@ fn pathological_nesting_is_validated_without_overflow() {
     drop_deep(card);
 }
 
+/// A record with more than 16 keys once sent the key lookup into endless recursion (a stack
+/// overflow that aborted the process): it must be validated like any other.
+#[test]
+fn records_with_more_than_sixteen_keys_are_validated() {
+    let mut block = Map::new();
+    block.insert("kind".to_owned(), json!("summary"));
+    block.insert("text".to_owned(), json!("Ready."));
+    let mut card = Map::new();
+    for key in ["schema", "title", "fallbackText"] {
+        card.insert(key.to_owned(), json!("canon.card.v1"));
+    }
+    let mut expected = Vec::new();
+    for i in 0..17 {
+        card.insert(format!("extra{i}"), json!(i));
+        expected.push(format!("card has unsupported key \"extra{i}\""));
+    }
+    for i in 0..15 {
+        block.insert(format!("z{i}"), json!(i));
+    }
+    for i in 0..15 {
+        expected.push(format!("card.blocks[0] has unsupported key \"z{i}\""));
+    }
+    card.insert("blocks".to_owned(), json!([Value::Object(block)]));
+    let result = validate_card(&Value::Object(card));
+    assert_eq!(result.errors, expected);
+}
+
 #[test]
 fn not_json_text_is_a_clear_error() {
     let error = validate_card_text("{\"schema\": ").expect_err("truncated JSON");
