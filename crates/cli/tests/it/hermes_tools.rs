@@ -6,6 +6,7 @@
 //! |---|---|
 //! | send_card shows a card; an invalid card is refused before any Canon call | runtime-control.md §4.6 |
 //! | request_input asks the triggering human; the answer reaches the model | runtime-control.md §4.7, §6.6 |
+//! | a secret input a guest's turn asks goes to the owner | runtime-control.md §6.2 |
 //! | request_card answered by someone else fails closed; an unanswered one times out | runtime-control.md §4.6 steps 10–11 |
 //! | no_reply in a group posts nothing, even the text after it | runtime-control.md §4.10 |
 
@@ -404,4 +405,52 @@ async fn real_gateway_tool_round_trip_figures() {
         median(canon.clone()),
         median(builtin.clone())
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_gateway_a_secret_input_asked_by_a_guest_goes_to_the_owner() {
+    // runtime-control.md §6.2: a secret (like a sudo) input is the owner's to answer, whoever
+    // triggered the turn; a clarify goes to the human who wrote.
+    let sc = Scenario::start_full(
+        live_clock_config(),
+        json!([
+            echo_rule(),
+            tool_rule("SECRET", "call_secret",
+                      json!({"action": "request_input", "inputId": "token-1", "kind": "secret",
+                             "title": "Token", "prompt": "Paste the deploy token"})),
+            {"match": {}, "reply": {"text": "unexpected"}},
+        ]),
+        GatewayOptions::default(),
+        create_group,
+        |_| {},
+    )
+    .await;
+    sc.inject(Injection {
+        conversation_id: Some(GROUP.into()),
+        sender_id: Some("h-guest".into()),
+        text: Some("@Hermes SECRET please".into()),
+        mentions: vec![canon_sim::DEFAULT_AGENT.into()],
+        ..Injection::default()
+    });
+    let input = sc.wait_interaction("input").await;
+    assert_eq!(input.id, "token-1");
+    assert_eq!(
+        input.response_user_id.as_deref(),
+        Some(DEFAULT_OWNER),
+        "the owner, not the guest"
+    );
+    sc.sim
+        .respond_interaction(&canon_sim::interactions::Response {
+            conversation_id: GROUP.into(),
+            kind: "input".into(),
+            id: input.id.clone(),
+            value: Some("tok-123".into()),
+            ..Default::default()
+        })
+        .expect("answered");
+    sc.wait_turn_closed(GROUP).await;
+    let answered = result_of(&sc, "call_secret");
+    assert_eq!(answered["success"], true, "{answered}");
+    assert_eq!(answered["status"], "submitted", "{answered}");
+    assert_eq!(answered["conversationId"], GROUP);
 }
