@@ -15,6 +15,12 @@ use canon_host::session::Materialize;
 use canon_host::turn::{MediaPayload, RequestId};
 
 impl Driver {
+    /// Whether another upload task may start (reliability review L9); reaps finished ones.
+    fn upload_room(&mut self) -> bool {
+        while self.upload_tasks.try_join_next().is_some() {}
+        self.upload_tasks.len() < outbound::MAX_UPLOAD_TASKS
+    }
+
     /// Uploads the file of an `adapter.send_media` on a task (at most
     /// [`outbound::UPLOAD_CONCURRENCY`] at once); without a client the
     /// failure is reported at once.
@@ -23,6 +29,12 @@ impl Driver {
         request: RequestId,
         media: AdapterSendMedia,
     ) -> Option<SessionInput> {
+        if !self.upload_room() {
+            return Some(SessionInput::Uploaded {
+                request,
+                result: Err(outbound::TOO_MANY_UPLOADS.to_owned()),
+            });
+        }
         let client = match self.client() {
             Ok(client) => client,
             Err(error) => {
@@ -61,6 +73,15 @@ impl Driver {
         mime_type: String,
         file_name: Option<String>,
     ) {
+        if !self.upload_room() {
+            outbound::remove_handoff(&path);
+            let done = self.upload_tx.clone();
+            tokio::spawn(async move {
+                let result = Err(outbound::TOO_MANY_UPLOADS.to_owned());
+                let _ = done.send(Uploaded { request, result }).await;
+            });
+            return;
+        }
         let done = self.upload_tx.clone();
         let permits = self.upload_permits.clone();
         let client = self.client();
@@ -96,6 +117,14 @@ impl Driver {
         files: Vec<String>,
         force_document: bool,
     ) {
+        if !self.upload_room() {
+            let done = self.upload_tx.clone();
+            tokio::spawn(async move {
+                let result = Err(outbound::TOO_MANY_UPLOADS.to_owned());
+                let _ = done.send(Uploaded { request, result }).await;
+            });
+            return;
+        }
         let done = self.upload_tx.clone();
         let permits = self.upload_permits.clone();
         let client = self.client();

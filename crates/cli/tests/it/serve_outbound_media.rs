@@ -379,3 +379,45 @@ async fn remote_image_url_is_downloaded_behind_the_guard_then_uploaded() {
     assert_eq!(uploads(&sim).len(), 2, "nothing more uploaded");
     assert_eq!(guarded.close().await, Some(0));
 }
+
+/// Reliability review L9: upload tasks are capped (at the shim's 64 requests in flight): with
+/// every upload hung in Canon, the 65th `adapter.send_media` fails at once with a clear error
+/// instead of queuing one more task.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_beyond_the_cap_fail_at_once() {
+    let sim = sim().await;
+    sim.add_fault(FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some("POST".to_owned()),
+            path: Some("/media/upload".to_owned()),
+            ..FaultMatcher::default()
+        },
+        action: FaultAction::DelayBefore { ms: 30_000 },
+        seen: 0,
+        fired: 0,
+    });
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = file(dir.path(), "cat.png", PNG);
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    for _ in 0..64 {
+        shim.send(
+            "adapter.send_media",
+            json!({"op": "image_file", "chat_id": DEFAULT_CONVERSATION, "path": png,
+                   "caption": "A cat", "reply_to": null, "metadata": null, "ctx": ctx()}),
+        )
+        .await;
+    }
+    let started = std::time::Instant::now();
+    let refused = send_media(&mut shim, "image_file", &png, "One more", ctx()).await;
+    assert_eq!(refused["body"]["success"], false, "{refused}");
+    assert_eq!(
+        refused["body"]["error"], "Too many Canon uploads are waiting; try again shortly",
+        "{refused}"
+    );
+    assert!(
+        started.elapsed() < WAIT,
+        "answered without waiting for an upload"
+    );
+}
