@@ -251,10 +251,10 @@ impl Gateway {
 }
 
 impl Gateway {
-    /// Process ids of the gateway's `canon-hermes serve --stdio` children (from `/proc`).
-    pub(crate) fn daemon_pids(&self) -> Vec<u32> {
+    /// The gateway's child processes (from `/proc`): pid, state letter and command line.
+    fn children(&self) -> Vec<(u32, String, String)> {
         let parent = self.child.id();
-        let mut pids = Vec::new();
+        let mut children = Vec::new();
         for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
             let Some(pid) = entry
                 .file_name()
@@ -265,45 +265,42 @@ impl Gateway {
             };
             let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
             // `pid (comm) state ppid …`: the fields after the last `)`.
-            let ppid = stat
+            let mut fields = stat
                 .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
+                .map(|(_, rest)| rest.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = fields.next().unwrap_or_default().to_owned();
+            let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
+            if ppid != Some(parent) {
+                continue;
+            }
             let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if ppid == Some(parent) && cmdline.contains("serve --stdio") {
-                pids.push(pid);
-            }
+            children.push((pid, state, cmdline));
         }
+        children
+    }
+
+    /// Process ids of the gateway's `canon-hermes serve --stdio` children.
+    pub(crate) fn daemon_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self
+            .children()
+            .into_iter()
+            .filter(|(_, _, cmdline)| cmdline.contains("serve --stdio"))
+            .map(|(pid, _, _)| pid)
+            .collect();
         pids.sort_unstable();
         pids
     }
 
     /// Children of the gateway left as zombies (state `Z`: exited, never waited for).
     pub(crate) fn zombie_children(&self) -> Vec<u32> {
-        let parent = self.child.id();
-        let mut zombies = Vec::new();
-        for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let mut fields = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest.split_whitespace())
-                .into_iter()
-                .flatten();
-            let state = fields.next();
-            let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
-            if ppid == Some(parent) && state == Some("Z") {
-                zombies.push(pid);
-            }
-        }
-        zombies
+        self.children()
+            .into_iter()
+            .filter(|(_, state, _)| state == "Z")
+            .map(|(pid, _, _)| pid)
+            .collect()
     }
 
     /// `kill -9` every daemon child of this gateway (by pid); returns the pids killed.
