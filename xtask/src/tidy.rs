@@ -13,7 +13,7 @@ mod tests {
     use serde_json::Value;
 
     /// Crates that must stay free of I/O runtimes, with their allowed workspace dependencies.
-    const PURE: [(&str, &[&str]); 5] = [
+    const PURE: [(&str, &[&str]); 6] = [
         ("canon-wire", &[]),
         (
             "canon-host",
@@ -22,8 +22,10 @@ mod tests {
                 "canon-chunking",
                 "canon-dispatch",
                 "canon-cards",
+                "canon-inbox",
             ],
         ),
+        ("canon-inbox", &[]),
         ("canon-cards", &[]),
         ("canon-chunking", &[]),
         ("canon-dispatch", &["canon-chunking"]),
@@ -43,6 +45,7 @@ mod tests {
                 "canon-chunking",
                 "canon-dispatch",
                 "canon-approvals",
+                "canon-inbox",
                 "canon-wire",
                 "canon-host",
                 "canon-transport",
@@ -180,6 +183,7 @@ mod tests {
         for dir in [
             "crates/wire/src",
             "crates/host/src",
+            "crates/inbox/src",
             "crates/coms-bridge/src/core",
         ] {
             walk(&root.join(dir), &mut |path| {

@@ -108,6 +108,10 @@ pub const HITL_CREATE_BUDGET: Duration = Duration::from_secs(10);
 /// to resume (durable-endpoint.md §10.5 step 5).
 pub const CARD_WAIT: Duration = Duration::from_secs(30);
 
+/// How long a starting daemon waits for a predecessor (a gateway still stopping: its daemon's
+/// exit wait plus the kill wait) to let go of the durable inbox.
+pub const INBOX_LOCK_WAIT: Duration = Duration::from_secs(10);
+
 /// The credentials and connection the daemon uses (cli.md §5.1, §5.2),
 /// as the binary resolved them; all empty when nothing resolved.
 #[derive(Clone, Debug)]
@@ -239,6 +243,9 @@ pub struct Config {
     /// The bounded wait of a `request_card` before it answers `pending`
     /// (durable-endpoint.md §10.5: [`CARD_WAIT`] in production; tests shorten it).
     pub card_wait: Duration,
+    /// How long a connect waits for the durable inbox's lock ([`INBOX_LOCK_WAIT`] in production;
+    /// `CANON_HERMES_INBOX_LOCK_WAIT_MS`, tests that run two daemons on one home shorten it).
+    pub inbox_lock_wait: Duration,
     /// Fault injection for the crash tests (`CANON_HERMES_CRASH_POINT`, never set in
     /// production): the daemon kills itself with SIGKILL the first time it reaches this named
     /// step of a detached approval (`crate::faults`).
@@ -280,6 +287,7 @@ impl std::fmt::Debug for Config {
             .field("approval_timeout", &self.approval_timeout)
             .field("hitl_poll", &self.hitl_poll)
             .field("card_wait", &self.card_wait)
+            .field("inbox_lock_wait", &self.inbox_lock_wait)
             .field("crash_point", &self.crash_point)
             .field("clock_offset_ms", &self.clock_offset_ms)
             .field("media_download_budget", &self.media_download_budget)

@@ -46,6 +46,7 @@ mod detached;
 mod env;
 mod faults;
 mod inbound_media;
+mod inbox;
 mod outbound;
 mod shell;
 pub mod standalone;

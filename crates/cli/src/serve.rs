@@ -257,6 +257,11 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
         approval_timeout: hitl::timeout_from_env(env.get("HERMES_APPROVAL_TIMEOUT").as_deref()),
         hitl_poll: interval_ms(env, "CANON_HERMES_HITL_POLL_MS", config::HITL_POLL),
         card_wait: interval_ms(env, "CANON_HERMES_CARD_WAIT_MS", config::CARD_WAIT),
+        inbox_lock_wait: interval_ms(
+            env,
+            "CANON_HERMES_INBOX_LOCK_WAIT_MS",
+            config::INBOX_LOCK_WAIT,
+        ),
         crash_point: env.get("CANON_HERMES_CRASH_POINT"),
         clock_offset_ms: env
             .get("CANON_HERMES_CLOCK_OFFSET_MS")

@@ -37,6 +37,9 @@ pub enum ConnectFailure {
     Client(String),
     /// Canon refused the configured environment id.
     Environment(String),
+    /// The durable inbox of the Canon home could not be opened (a damaged journal fails closed:
+    /// the text names the file and what to do).
+    Inbox(String),
     /// `GET /agents/me` or `GET /conversations` failed.
     Call {
         /// The HTTP status, when Canon answered.
@@ -59,6 +62,7 @@ pub fn refusal(failure: ConnectFailure) -> ConnectResult {
         ),
         ConnectFailure::Client(message) => ("connect_failed", message, false),
         ConnectFailure::Environment(message) => ("environment_mismatch", message, false),
+        ConnectFailure::Inbox(message) => ("inbox_unreadable", message, false),
         ConnectFailure::Call {
             status: Some(401 | 403),
             ..

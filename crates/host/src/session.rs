@@ -50,6 +50,8 @@ pub const UNSUPPORTED_SUFFIX: &str = "is not supported by this canon-hermes daem
 pub enum SessionEffect {
     /// Write this line to the shim now.
     Frame(String),
+    /// Append these records to the durable inbox's journal (crate `canon-inbox`).
+    Inbox(Vec<canon_inbox::Record>),
     /// Write this answer line behind the Canon writes this input made before
     /// it, in their conversations (a reply to a turn request must not
     /// overtake the writes it follows).
@@ -385,6 +387,8 @@ pub struct Session {
     wakes: detached::WakesInFlight,
     /// Whether the shim was last told `canon_communicate` is available.
     communicate_offered: bool,
+    /// The durable inbox's tickets, holds and handled ids.
+    inbox: inbox::InboxState,
 }
 
 /// What a finished conversation re-fetch means.
@@ -428,6 +432,7 @@ impl Default for Session {
             tool_waits: tools::ToolWaits::default(),
             wakes: detached::WakesInFlight::default(),
             communicate_offered: false,
+            inbox: inbox::InboxState::default(),
         }
     }
 }
@@ -1051,6 +1056,7 @@ impl Session {
             conversation_type: conversation_type_of(Some(wake.source.chat_type)),
             disposition_queued,
         });
+        self.inbox_hold(&event_ref, wake.source.message_id.clone());
         let intent = wake.delivery_intent;
         let message = inbound::wake_message(event_ref, *wake);
         let step = match inbound::attachments(&created.message) {
@@ -1112,6 +1118,7 @@ pub mod card_waits;
 pub mod communicate;
 pub mod detached;
 pub mod handle;
+mod inbox;
 pub mod interactions;
 #[cfg(test)]
 mod tests;

@@ -430,6 +430,11 @@ impl DurableRequest {
 }
 
 impl CanonClient {
+    /// The API base URL requests go to (no trailing `/`).
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
     /// Builds a client. Fails only on unusable URLs.
     pub fn new(config: ClientConfig) -> Result<CanonClient, TransportError> {
         let base_url = clean_base(&config.base_url)?;

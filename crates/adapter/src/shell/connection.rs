@@ -65,7 +65,51 @@ impl Driver {
             .list_conversations()
             .await
             .map_err(|e| call_failed(&e))?;
+        self.open_inbox(&client, &me)
+            .await
+            .map_err(ConnectFailure::Inbox)?;
         Ok((me, conversations))
+    }
+
+    /// Opens the durable inbox of this agent on this Canon origin and resumes the session from
+    /// it, unless it is open already (a reconnect of the same agent keeps the live state). A
+    /// damaged journal refuses the connect; a journal another daemon still holds after the wait
+    /// leaves this daemon without one (as before the inbox existed), loudly.
+    async fn open_inbox(&mut self, client: &CanonClient, me: &AgentMe) -> Result<(), String> {
+        let (Some(home), Some(agent_id)) = (self.config.canon_home.clone(), me.agent_id.as_deref())
+        else {
+            return Ok(());
+        };
+        let scope = canon_inbox::scope_key(client.base_url(), agent_id);
+        if self.inbox.as_ref().is_some_and(|w| w.scope() == scope) {
+            return Ok(());
+        }
+        self.inbox = None;
+        match crate::inbox::InboxWriter::open(&home, scope, self.config.inbox_lock_wait).await {
+            Ok((writer, loaded)) => {
+                if loaded.torn_tail {
+                    tracing::warn!(
+                        path = %writer.path().display(),
+                        "the inbox's last record was cut short by a crash and was dropped"
+                    );
+                }
+                self.session.inbox_resume(loaded.cursor, loaded.handled);
+                self.inbox = Some(writer);
+                Ok(())
+            }
+            Err(error @ crate::inbox::InboxError::Busy { .. }) => {
+                tracing::error!(
+                    %error,
+                    "running without the durable inbox: messages sent while this daemon is down \
+                     are not replayed"
+                );
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(%error, "the durable inbox cannot be opened");
+                Err(error.to_string())
+            }
+        }
     }
 
     /// A connect succeeded: the media downloader (once), the event stream,
@@ -78,7 +122,11 @@ impl Driver {
         if self.downloader.is_none() {
             self.downloader = Some(self.new_downloader());
         }
-        self.stream = Some(EventStream::open(&client, StreamConfig::default()));
+        let config = StreamConfig {
+            initial_cursor: self.session.inbox_new_stream(),
+            ..StreamConfig::default()
+        };
+        self.stream = Some(EventStream::open(&client, config));
         let status_client = client.clone();
         self.start_loops(client.clone());
         self.start_approvals(client);

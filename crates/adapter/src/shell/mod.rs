@@ -137,6 +137,7 @@ where
         card_tx,
         card_wake_tx,
         communicate_tx,
+        inbox: None,
     };
 
     let mut exit_reason = "stdin closed";
@@ -165,7 +166,10 @@ where
                 None => break,
             },
             item = stream_item, if inbound_open => match item {
-                Some(StreamItem::Event(event)) => SessionInput::StreamEvent(event.kind),
+                Some(StreamItem::Event(event)) => match event.id {
+                    Some(id) => SessionInput::StreamFrame { id, kind: event.kind },
+                    None => SessionInput::StreamEvent(event.kind),
+                },
                 Some(StreamItem::State(ConnectionState::Failed(error))) => {
                     SessionInput::StreamFailed(error.to_string())
                 }
@@ -328,6 +332,8 @@ struct Driver {
     card_wake_tx: mpsc::Sender<canon_host::card_waits::CardWake>,
     /// Where `canon_communicate` calls report their Canon call's result.
     communicate_tx: mpsc::Sender<SessionInput>,
+    /// The durable inbox's writer, once a connect opened it (with a Canon home).
+    inbox: Option<crate::inbox::InboxWriter>,
 }
 
 /// What the session needs to know of the daemon's configuration (never
@@ -395,6 +401,11 @@ impl Driver {
     async fn perform(&mut self, effect: SessionEffect) -> Option<SessionInput> {
         match effect {
             SessionEffect::Frame(line) => self.send_line(line).await,
+            SessionEffect::Inbox(records) => {
+                if let Some(inbox) = &self.inbox {
+                    inbox.write(records);
+                }
+            }
             SessionEffect::Reply(line) => {
                 // Behind the Canon writes this input queued before it: a
                 // reply must not overtake the writes it follows.

@@ -331,18 +331,23 @@ fn shim_refuses_a_multiplexing_gateway() {
 }
 
 #[test]
-fn the_shim_hands_hermes_one_wake_per_approval_across_daemon_respawns() {
-    // A daemon killed after Hermes accepted a wake and before it recorded that hands the same
-    // wake again (approvals.md §13 step 5; `serve_approvals.rs` drives that crash): the shim,
-    // which outlives the daemon, drops the repeat by its message id. Other messages pass.
+fn the_shim_hands_hermes_each_message_once_across_daemon_respawns() {
+    // A daemon killed after Hermes accepted a message and before its inbox recorded that hands
+    // the same message again (so does one killed before it finished a detached-approval wake's
+    // lease, approvals.md §13 step 5; `serve_approvals.rs` drives that crash): the shim, which
+    // outlives the daemon, drops the repeat by its message id. An id counts only once Hermes
+    // took it, so a hand-over that failed is tried again; an event without an id always passes.
     let code = "from shim import _adapter as a\n\
          wake = {'message_id': 'canon-detached-approval:hermes-0123456789abcdef0123'}\n\
          other = {'message_id': 'm-1'}\n\
-         print([a._repeated_wake(wake), a._repeated_wake(wake), a._repeated_wake(other),\n\
-         \x20      a._repeated_wake(other), a._repeated_wake({}), a._repeated_wake(None)])\n";
+         seen = [a._repeated_inbound(wake), a._repeated_inbound(other)]\n\
+         a._remember_inbound(wake); a._remember_inbound(other); a._remember_inbound({})\n\
+         seen += [a._repeated_inbound(wake), a._repeated_inbound(other), a._repeated_inbound({'message_id': 'm-2'}),\n\
+         \x20        a._repeated_inbound({}), a._repeated_inbound(None)]\n\
+         print(seen)\n";
     assert_eq!(
         run_shim_python(code).trim(),
-        "[False, True, False, False, False, False]"
+        "[False, False, True, True, False, False, False]"
     );
 }
 

@@ -26,6 +26,7 @@ mod serve_config;
 mod serve_connect;
 mod serve_handshake;
 mod serve_hitl;
+mod serve_inbox;
 mod serve_lifecycle;
 mod serve_media;
 mod serve_outbound_media;

@@ -262,7 +262,8 @@ async fn two_daemons_on_one_canon_home_consume_and_wake_once() {
     first.connect(&sim).await;
     let call = request_approval(&mut first).await;
     let id = approval_id(&first.reply(&call).await.0);
-    let mut second = spawn(&sim, &home, &[]);
+    // The first daemon holds the home's inbox; the second runs without one after a short wait.
+    let mut second = spawn(&sim, &home, &[("CANON_HERMES_INBOX_LOCK_WAIT_MS", "200")]);
     second.connect(&sim).await;
     // The second daemon's connect reconciles the open approval once (Canon: still pending).
     let deadline = std::time::Instant::now() + WAIT;

@@ -76,8 +76,15 @@ pub enum SessionInput {
     Line(Vec<u8>),
     /// The shim sent a line above the frame size limit (dropped).
     LineTooLarge,
-    /// The event stream delivered an event.
+    /// The event stream delivered an event without a frame id.
     StreamEvent(EventKind),
+    /// The event stream delivered an event under frame id `id` (the stream cursor).
+    StreamFrame {
+        /// The frame id.
+        id: String,
+        /// The event.
+        kind: EventKind,
+    },
     /// The event stream (re)connected.
     StreamConnected,
     /// The event stream gave up for good.
@@ -277,6 +284,14 @@ impl Session {
                 Vec::new()
             }
             SessionInput::StreamEvent(kind) => self.event(kind),
+            SessionInput::StreamFrame { id, kind } => {
+                let mut effects = Vec::new();
+                if self.inbox_arrived(&id, &kind, &mut effects).is_some() {
+                    effects.extend(self.event(kind));
+                    self.inbox_frame_done(&mut effects);
+                }
+                effects
+            }
             SessionInput::StreamConnected => {
                 self.stream_open = true;
                 vec![notification(DaemonNotification::AdapterStatus(
@@ -347,11 +362,7 @@ impl Session {
                 };
                 ready
                     .into_iter()
-                    .map(|message| {
-                        SessionEffect::Frame(
-                            self.request_line(DaemonRequest::InboundMessage(message)),
-                        )
-                    })
+                    .map(|message| SessionEffect::Frame(self.inbound_line(message)))
                     .collect()
             }
             SessionInput::Uploaded { request, result } => self.uploaded(request, result, now_ms),
@@ -502,7 +513,9 @@ impl Session {
                         false
                     }
                 };
-                self.wake_answered(&id, accepted)
+                let mut effects = self.inbox_answered(&id, now_ms);
+                effects.extend(self.wake_answered(&id, accepted));
+                effects
             }
         }
     }
@@ -839,9 +852,7 @@ impl Session {
             InboundStep::Nothing => Vec::new(),
             InboundStep::ApprovalReceipt(receipt) => vec![SessionEffect::ApprovalReceipt(receipt)],
             InboundStep::CardReceipt(receipt) => vec![SessionEffect::CardReceipt(receipt)],
-            InboundStep::Send(message) => vec![SessionEffect::Frame(
-                self.request_line(DaemonRequest::InboundMessage(*message)),
-            )],
+            InboundStep::Send(message) => vec![SessionEffect::Frame(self.inbound_line(*message))],
             InboundStep::Materialize {
                 job,
                 conversation_id,

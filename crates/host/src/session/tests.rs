@@ -297,6 +297,7 @@ fn describe(effect: &SessionEffect) -> String {
                 v["re"].as_str().unwrap_or("?")
             )
         }
+        SessionEffect::Inbox(records) => format!("inbox {records:?}"),
         SessionEffect::CancelHitl(keys) => format!("cancel hitl {keys:?}"),
         SessionEffect::ForgetHitl(key) => format!("forget hitl {key}"),
         SessionEffect::StartHitl { id, re, start } => {
@@ -1052,6 +1053,7 @@ fn chat_info_before_connect_falls_back_to_the_id() {
 }
 
 mod communicate;
+mod inbox;
 mod io;
 
 /// The sequence a real Hermes 0.19.0 gateway produced when a burst of

@@ -65,7 +65,7 @@ impl Daemon {
     }
 
     /// `adapter.connect` answered by Canon with `me` and `conversations`.
-    fn connect_with(&mut self, conversations: Value) -> Vec<String> {
+    pub(super) fn connect_with(&mut self, conversations: Value) -> Vec<String> {
         let facts = self.session.config.credentials.clone();
         let asked = self.connect_resolved(connect_body(), facts);
         let asked: Vec<String> = asked.iter().map(describe).collect();
@@ -81,7 +81,7 @@ impl Daemon {
         })
     }
 
-    fn connect(&mut self) {
+    pub(super) fn connect(&mut self) {
         self.connect_with(json!([{"id": "c1", "type": "direct", "name": "Una"}]));
     }
 }

@@ -97,24 +97,25 @@ def _done(kind, then):
     return callback
 
 
-# A detached-approval wake is handed over again when a daemon died between Hermes accepting it
-# and recording that (approvals.md §13 step 5); its message id names the approval
-# (canon_host::detached::wake_message_id), so a repeat is dropped here, where it outlives the
-# daemon, and Hermes runs one wake turn.
-WAKE_ID_PREFIX = "canon-detached-approval:"
-WAKES_SEEN, WAKES_SEEN_CAP = collections.OrderedDict(), 1024
+# A message is handed over again when a daemon died between Hermes accepting it and recording
+# that in its inbox (the successor replays what was not recorded), and a detached-approval wake
+# when it died before finishing the wake's lease. Both keep their message id, so the repeat is
+# dropped here, where it outlives the daemon, and Hermes runs one turn. An id is remembered only
+# once handle_message returned, so a hand-over that failed can be tried again.
+INBOUND_SEEN, INBOUND_SEEN_CAP = collections.OrderedDict(), 4096
 
 
-def _repeated_wake(event):
+def _repeated_inbound(event):
     message_id = (event or {}).get("message_id") or ""
-    if not message_id.startswith(WAKE_ID_PREFIX):
-        return False
-    if message_id in WAKES_SEEN:
-        return True
-    WAKES_SEEN[message_id] = True
-    while len(WAKES_SEEN) > WAKES_SEEN_CAP:
-        WAKES_SEEN.popitem(last=False)
-    return False
+    return bool(message_id) and message_id in INBOUND_SEEN
+
+
+def _remember_inbound(event):
+    message_id = (event or {}).get("message_id") or ""
+    if message_id:
+        INBOUND_SEEN[message_id] = True
+        while len(INBOUND_SEEN) > INBOUND_SEEN_CAP:
+            INBOUND_SEEN.popitem(last=False)
 
 
 class CanonAdapter(BusySeam, BasePlatformAdapter):
@@ -396,10 +397,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     async def _handle(self, kind, body):
         if kind == "inbound.message":
-            if _repeated_wake(body.get("event")):
+            if _repeated_inbound(body.get("event")):
                 return {"accepted": True}
             media = await asyncio.to_thread(_cache_media, body["event"].get("media") or [])
             await self.handle_message(self._event(body["event"], body["event_ref"], *media))
+            _remember_inbound(body.get("event"))
             return {"accepted": True}
         if kind == "control.signal":
             await self._control(body)

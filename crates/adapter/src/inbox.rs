@@ -1,0 +1,398 @@
+//! The durable inbox's file and its writer. The rules and the text format are the pure crate
+//! `canon-inbox`'s (`tracker`, `format`); this module owns the file `<CANON_HOME>/inbox-<scope>.jsonl`:
+//! one daemon holds it at a time (`flock` on `inbox-<scope>.lock`, mode 0600, never deleted,
+//! held for the journal's lifetime); each batch of records is one append plus `fdatasync`; a
+//! last line a crash cut short is truncated away at open; anything else the format refuses, or
+//! a file larger than the format allows, fails closed ([`InboxError::Corrupt`] names the file
+//! and line; the file is left untouched); a journal past `COMPACT_LINES` lines is rewritten
+//! atomically (temp file → `fsync` → rename → `fsync` of the directory).
+//!
+//! The journal lives on a thread of its own, so an `fdatasync` never holds up the daemon's
+//! loop. The session's records arrive in order over a channel; a burst is written as one append
+//! with one `fdatasync`. Dropping the writer flushes what is queued and joins the thread (a
+//! graceful exit loses nothing; a crash loses at most the records still queued, which only makes
+//! the next start replay a little more, and the shim drops a message Hermes already took).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use canon_inbox::format::{self, Loaded, COMPACT_LINES, MAX_FILE_BYTES};
+use canon_inbox::Record;
+use rustix::fs::{flock, FlockOperation};
+
+/// Mode of the journal and its lock file: they name conversations' messages.
+const FILE_MODE: u32 = 0o600;
+
+/// What can stop the journal.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum InboxError {
+    /// The Canon home could not be created.
+    #[error("cannot create the Canon home {path}: {source}")]
+    CreateHome { path: PathBuf, source: io::Error },
+    /// A file of the journal could not be opened, read or locked.
+    #[error("cannot open the Canon inbox {path}: {source}")]
+    Open { path: PathBuf, source: io::Error },
+    /// Another process held the journal's lock for longer than the wait.
+    #[error(
+        "the Canon inbox {path} is in use by another canon-hermes daemon (waited {} ms)",
+        waited.as_millis()
+    )]
+    Busy { path: PathBuf, waited: Duration },
+    /// The journal holds something this version did not write; it was left untouched.
+    #[error(
+        "the Canon inbox {path} is unreadable at line {line}: {reason}; it was left untouched \
+         (move it aside to start again without the record of handled messages)"
+    )]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    /// Writing failed; the records of this call may be missing from the file.
+    #[error("writing the Canon inbox {path} failed: {source}")]
+    Write { path: PathBuf, source: io::Error },
+}
+
+/// An open journal (its lock held).
+#[derive(Debug)]
+pub(crate) struct Journal {
+    path: PathBuf,
+    scope: String,
+    file: File,
+    /// Held for the journal's lifetime; the `flock` goes with the descriptor.
+    _lock: File,
+    lines: usize,
+    state: Loaded,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal of `scope` in `home`, waiting up to `lock_wait` for a
+    /// predecessor to let go of it.
+    pub(crate) fn open(
+        home: &Path,
+        scope: &str,
+        lock_wait: Duration,
+    ) -> Result<(Journal, Loaded), InboxError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(home)
+            .map_err(|source| InboxError::CreateHome {
+                path: home.to_owned(),
+                source,
+            })?;
+        let path = home.join(format!("inbox-{scope}.jsonl"));
+        let lock = lock_file(&home.join(format!("inbox-{scope}.lock")), lock_wait)?;
+        let open_error = |source| InboxError::Open {
+            path: path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(FILE_MODE)
+            .open(&path)
+            .map_err(open_error)?;
+        let size = file.metadata().map_err(open_error)?.len();
+        if size > MAX_FILE_BYTES {
+            return Err(InboxError::Corrupt {
+                path,
+                line: 1,
+                reason: format!("the file is {size} bytes, more than this inbox ever writes"),
+            });
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.read_to_end(&mut bytes).map_err(open_error)?;
+        let parsed =
+            format::parse(&bytes, scope).map_err(|(line, reason)| InboxError::Corrupt {
+                path: path.clone(),
+                line,
+                reason,
+            })?;
+        let torn_tail = parsed.complete_bytes < bytes.len();
+        if torn_tail {
+            file.set_len(parsed.complete_bytes as u64)
+                .map_err(|source| InboxError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        let mut journal = Journal {
+            path,
+            scope: scope.to_owned(),
+            file,
+            _lock: lock,
+            lines: parsed.lines,
+            state: Loaded {
+                torn_tail,
+                ..parsed.state
+            },
+        };
+        if parsed.lines == 0 {
+            journal.write_text(&format::header_line(scope))?;
+            journal.lines = 1;
+        }
+        let loaded = journal.state.clone();
+        Ok((journal, loaded))
+    }
+
+    /// The journal's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `records` and makes them durable (`fdatasync`); compacts instead when the
+    /// journal would grow past `COMPACT_LINES` lines.
+    pub(crate) fn append(&mut self, records: &[Record]) -> Result<(), InboxError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut text = String::new();
+        for record in records {
+            match record {
+                Record::Handled { message_id, at_ms } => {
+                    self.state.handled.insert(message_id, *at_ms);
+                }
+                Record::Cursor(cursor) => self.state.cursor = Some(cursor.clone()),
+            }
+            text.push_str(&format::record_line(record));
+        }
+        if self.lines + records.len() > COMPACT_LINES {
+            return self.compact();
+        }
+        self.write_text(&text)?;
+        self.lines += records.len();
+        Ok(())
+    }
+
+    fn write_error(&self, source: io::Error) -> InboxError {
+        InboxError::Write {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn write_text(&mut self, text: &str) -> Result<(), InboxError> {
+        self.file
+            .write_all(text.as_bytes())
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| self.write_error(e))
+    }
+
+    /// Rewrites the journal as its live state.
+    fn compact(&mut self) -> Result<(), InboxError> {
+        let text = format::snapshot(&self.scope, &self.state);
+        let temp = self
+            .path
+            .with_extension(format!("jsonl.{}.tmp", std::process::id()));
+        let _ = fs::remove_file(&temp);
+        let written = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(FILE_MODE)
+            .open(&temp)
+            .and_then(|mut out| {
+                out.write_all(text.as_bytes())?;
+                out.sync_all()
+            })
+            .and_then(|()| fs::rename(&temp, &self.path))
+            .and_then(|()| match self.path.parent() {
+                Some(dir) => File::open(dir).and_then(|d| d.sync_all()),
+                None => Ok(()),
+            })
+            .and_then(|()| OpenOptions::new().read(true).append(true).open(&self.path));
+        match written {
+            Ok(file) => {
+                self.file = file;
+                self.lines = text.lines().count();
+                Ok(())
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&temp);
+                Err(self.write_error(e))
+            }
+        }
+    }
+}
+
+/// Takes the lock file's `flock`, polling until `wait` is over.
+fn lock_file(path: &Path, wait: Duration) -> Result<File, InboxError> {
+    let open_error = |source| InboxError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(open_error)?;
+    let started = Instant::now();
+    loop {
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(rustix::io::Errno::WOULDBLOCK) | Err(rustix::io::Errno::INTR) => {
+                if started.elapsed() >= wait {
+                    return Err(InboxError::Busy {
+                        path: path.to_owned(),
+                        waited: started.elapsed(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(errno) => return Err(open_error(io::Error::from(errno))),
+        }
+    }
+}
+
+/// The open journal's writer thread.
+#[derive(Debug)]
+pub(crate) struct InboxWriter {
+    scope: String,
+    path: PathBuf,
+    tx: Option<mpsc::Sender<Vec<Record>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl InboxWriter {
+    /// Opens the journal of `scope` in `home` (on a blocking thread: it may wait for the lock).
+    pub(crate) async fn open(
+        home: &Path,
+        scope: String,
+        lock_wait: Duration,
+    ) -> Result<(InboxWriter, Loaded), InboxError> {
+        let home = home.to_owned();
+        let key = scope.clone();
+        let opened = tokio::task::spawn_blocking(move || Journal::open(&home, &key, lock_wait))
+            .await
+            .unwrap_or_else(|error| {
+                Err(InboxError::Open {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other(error.to_string()),
+                })
+            });
+        let (journal, loaded) = opened?;
+        let path = journal.path().to_owned();
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("canon-inbox".into())
+            .spawn(move || write_loop(journal, rx))
+            .map_err(|source| InboxError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        Ok((
+            InboxWriter {
+                scope,
+                path,
+                tx: Some(tx),
+                thread: Some(thread),
+            },
+            loaded,
+        ))
+    }
+
+    /// The scope this journal belongs to.
+    pub(crate) fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The journal file.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Queues records for the journal.
+    pub(crate) fn write(&self, records: Vec<Record>) {
+        if let Some(tx) = &self.tx {
+            if tx.send(records).is_err() {
+                tracing::error!(path = %self.path.display(), "the inbox writer stopped; records dropped");
+            }
+        }
+    }
+}
+
+impl Drop for InboxWriter {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn write_loop(mut journal: Journal, rx: mpsc::Receiver<Vec<Record>>) {
+    let mut failing = false;
+    while let Ok(mut batch) = rx.recv() {
+        while let Ok(more) = rx.try_recv() {
+            batch.extend(more);
+        }
+        let batch = coalesce(batch);
+        match journal.append(&batch) {
+            Ok(()) => {
+                if failing {
+                    tracing::info!(path = %journal.path().display(), "inbox writes work again");
+                    failing = false;
+                }
+            }
+            Err(error) => {
+                if !failing {
+                    // The messages were handed to Hermes already; what is lost is only the
+                    // record of it, so a restart may replay them once more.
+                    tracing::error!(%error, "inbox write failed");
+                    failing = true;
+                }
+            }
+        }
+    }
+}
+
+/// A burst's records with only its last cursor (a cursor replaces every earlier one), placed
+/// after every handled record of the burst, so no cursor is written before the records it
+/// passes.
+fn coalesce(batch: Vec<Record>) -> Vec<Record> {
+    let mut out = Vec::with_capacity(batch.len());
+    let mut cursor = None;
+    for record in batch {
+        match record {
+            Record::Cursor(id) => cursor = Some(id),
+            handled => out.push(handled),
+        }
+    }
+    out.extend(cursor.map(Record::Cursor));
+    out
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod coalesce_tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_keeps_every_handled_record_and_only_the_last_cursor() {
+        let handled = |id: &str| Record::Handled {
+            message_id: id.into(),
+            at_ms: 1,
+        };
+        let batch = vec![
+            Record::Cursor("e-1".into()),
+            handled("m-1"),
+            Record::Cursor("e-2".into()),
+            handled("m-2"),
+        ];
+        assert_eq!(
+            coalesce(batch),
+            vec![handled("m-1"), handled("m-2"), Record::Cursor("e-2".into())]
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! The journal format's parser: any cut of a valid journal, and arbitrary bytes.
+
+use proptest::prelude::*;
+
+use crate::format::{parse, record_line};
+use crate::Record;
+
+const SCOPE: &str = "0123456789abcdef0123456789abcdef";
+
+fn handled(id: &str, at_ms: u64) -> Record {
+    Record::Handled {
+        message_id: id.to_owned(),
+        at_ms,
+    }
+}
+
+#[test]
+fn a_damaged_line_or_header_is_refused_with_its_line_number() {
+    let header = format!("{{\"canonInbox\":1,\"scope\":\"{SCOPE}\"}}\n");
+    let bad = format!("{header}{{\"cursor\":\"e-1\"}}\n{{\"handled\":42,\"at\":1}}\n");
+    let (line, reason) = parse(bad.as_bytes(), SCOPE).unwrap_err();
+    assert_eq!(
+        (line, reason.as_str()),
+        (3, "a message id that is not a string")
+    );
+    let (line, reason) = parse(b"{\"canonInbox\":2,\"scope\":\"x\"}\n", SCOPE).unwrap_err();
+    assert_eq!(line, 1);
+    assert!(reason.contains("format version 2"), "{reason}");
+    let (_, reason) = parse(b"{\"canonInbox\":1,\"scope\":\"other\"}\n", SCOPE).unwrap_err();
+    assert!(reason.contains("scope other"), "{reason}");
+    let (line, _) = parse(format!("{header}\n").as_bytes(), SCOPE).unwrap_err();
+    assert_eq!(line, 2, "an empty line is not a record");
+}
+
+fn journal_text(records: &[Record]) -> String {
+    let mut text = format!("{{\"canonInbox\":1,\"scope\":\"{SCOPE}\"}}\n");
+    for record in records {
+        text.push_str(&record_line(record));
+    }
+    text
+}
+
+fn arb_record() -> impl Strategy<Value = Record> {
+    prop_oneof![
+        ("[a-z0-9:/ é\"\\\\-]{1,40}", any::<u64>()).prop_map(|(id, at)| handled(&id, at)),
+        "[a-z0-9-]{1,20}".prop_map(Record::Cursor),
+    ]
+}
+
+proptest! {
+    /// A journal cut at any byte (a crash mid-append) loads exactly the records whose lines
+    /// are complete, and never fails.
+    #[test]
+    fn a_journal_cut_anywhere_loads_its_complete_records(
+        records in proptest::collection::vec(arb_record(), 0..20),
+        cut in any::<proptest::sample::Index>(),
+    ) {
+        let text = journal_text(&records);
+        let header = text.find('\n').unwrap() + 1;
+        let at = header + cut.index(text.len() - header + 1);
+        let parsed = parse(&text.as_bytes()[..at], SCOPE).unwrap();
+        let complete = text.as_bytes()[..at].iter().filter(|b| **b == b'\n').count() - 1;
+        let mut expected_cursor = None;
+        let mut expected_handled = Vec::new();
+        for record in &records[..complete] {
+            match record {
+                Record::Cursor(c) => expected_cursor = Some(c.clone()),
+                Record::Handled { message_id, .. } => {
+                    if !expected_handled.contains(message_id) {
+                        expected_handled.push(message_id.clone());
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(parsed.state.cursor, expected_cursor);
+        let got: Vec<String> = parsed.state.handled.iter().map(|(id, _)| id.to_owned()).collect();
+        prop_assert_eq!(got, expected_handled);
+        prop_assert_eq!(parsed.lines, complete + 1);
+    }
+
+    /// Arbitrary bytes never panic the parser: they load or fail with a line number.
+    #[test]
+    fn arbitrary_bytes_load_or_fail_with_a_line(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        match parse(&bytes, SCOPE) {
+            Ok(parsed) => prop_assert!(parsed.complete_bytes <= bytes.len()),
+            Err((line, reason)) => {
+                prop_assert!(line >= 1);
+                prop_assert!(!reason.is_empty());
+            }
+        }
+    }
+}
