@@ -359,7 +359,8 @@ pub(crate) async fn deliver(client: CanonClient, delivery: Delivery) -> Delivery
 
 /// The ledger's view of a transport failure (`canon_host::delivery`).
 pub(crate) fn failure(error: &TransportError) -> DeliveryFailure {
-    delivery::classify_failure(error.kind(), error.to_string(), error.is_retryable())
+    let code = error.http().and_then(|http| http.code.as_deref());
+    delivery::classify_failure(error.kind(), code, error.to_string(), error.is_retryable())
 }
 
 #[cfg(test)]

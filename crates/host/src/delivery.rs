@@ -43,13 +43,26 @@ pub fn durable_calls(delivery: &Delivery) -> Vec<DurableCall> {
         .collect()
 }
 
+/// The error code of a 409 whose client id already names a message with a
+/// different payload (canon-wire.md §2.4, §2.7).
+pub const MESSAGE_ID_EXISTS: &str = "MESSAGE_ID_EXISTS";
+
 /// The ledger's view of a failed durable call (turns.md §4.4): provably
 /// rejected before the handler ran (HTTP 429 or 503, or no connection),
 /// rejected by the handler (another 4xx, except 408, 409 and 425, or a
-/// request refused before sending), or ambiguous (everything else: it may
-/// have landed).
-pub fn classify_failure(kind: FailureKind, error: String, retryable: bool) -> DeliveryFailure {
+/// request refused before sending), an id conflict (HTTP 409 whose body's
+/// `code` is [`MESSAGE_ID_EXISTS`]), or ambiguous (everything else: it may
+/// have landed). `code` is the error body's `code` (canon-wire.md §2.4).
+pub fn classify_failure(
+    kind: FailureKind,
+    code: Option<&str>,
+    error: String,
+    retryable: bool,
+) -> DeliveryFailure {
     let class = match kind {
+        FailureKind::Http { status: 409 } if code == Some(MESSAGE_ID_EXISTS) => {
+            FailureClass::IdConflict
+        }
         FailureKind::Http { status: 429 | 503 }
         | FailureKind::Connect
         | FailureKind::ConnectTimeout => FailureClass::PreHandler,
@@ -145,7 +158,7 @@ mod tests {
 
     #[test]
     fn failures_are_classified_for_the_ledger() {
-        let class = |kind| classify_failure(kind, "e".into(), false).class;
+        let class = |kind| classify_failure(kind, None, "e".into(), false).class;
         for status in [429, 503] {
             assert_eq!(
                 class(FailureKind::Http { status }),
@@ -160,6 +173,15 @@ mod tests {
         for status in [408, 409, 425, 500, 502] {
             assert_eq!(class(FailureKind::Http { status }), FailureClass::Ambiguous);
         }
+        // Only a 409 with the code `MESSAGE_ID_EXISTS` is an id conflict.
+        let conflict = FailureKind::Http { status: 409 };
+        let coded = |kind, code| classify_failure(kind, Some(code), "e".into(), false).class;
+        assert_eq!(coded(conflict, MESSAGE_ID_EXISTS), FailureClass::IdConflict);
+        assert_eq!(coded(conflict, "OTHER"), FailureClass::Ambiguous);
+        assert_eq!(
+            coded(FailureKind::Http { status: 400 }, MESSAGE_ID_EXISTS),
+            FailureClass::Rejected
+        );
         for kind in [
             FailureKind::Blocked,
             FailureKind::TooLarge,
@@ -176,7 +198,7 @@ mod tests {
         ] {
             assert_eq!(class(kind), FailureClass::Ambiguous);
         }
-        let failure = classify_failure(FailureKind::ReadTimeout, "timed out".into(), true);
+        let failure = classify_failure(FailureKind::ReadTimeout, None, "timed out".into(), true);
         assert_eq!(
             (failure.error.as_str(), failure.retryable),
             ("timed out", true)

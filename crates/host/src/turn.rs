@@ -42,6 +42,17 @@
 //! * Durable operations go through the per-turn ledger (turns.md §4.4):
 //!   ordinals, deterministic ids, reuse of an unsettled plan with identical
 //!   texts, and release only when nothing can have been stored.
+//! * A turn resumed after a daemon restart (`resync`) starts its ledger again
+//!   at ordinal 1, though the daemon before the restart may have used some of
+//!   its ordinals (reliability review M1). In that turn only, a 409
+//!   `MESSAGE_ID_EXISTS` ([`FailureClass::IdConflict`]) on a flush or a media
+//!   send means the ordinal is taken by another payload, so none of the
+//!   operation's parts was stored under it (parts go out in order, and an
+//!   earlier part that succeeded replayed the old operation's identical
+//!   part): the whole plan is sent again under the next free ordinal, at most
+//!   [`MAX_RESUMED_ORDINAL_SKIPS`] times (turns.md §4.4 "Resumed turn"). An
+//!   identical replay still lands on its old id, since Canon returns the
+//!   stored message for it; elsewhere a 409 keeps its reservation as before.
 //! * A durable `send` that resolves to **no turn id** (turns.md §7.6 "any
 //!   other send … without a turn id": Hermes' in-process cron delivery,
 //!   `send_message` through the live adapter, ledger redelivery) follows
@@ -176,6 +187,11 @@ pub const MAX_SESSIONS: usize = 4_096;
 /// Cap on chats remembered for typing coalescing (our number).
 const MAX_TYPING_CHATS: usize = 1_024;
 
+/// How many ordinals one durable operation of a resumed turn may skip
+/// because the daemon before the restart had used them (turns.md §4.4
+/// "Resumed turn"; our number). Past it the delivery fails.
+pub const MAX_RESUMED_ORDINAL_SKIPS: u32 = 32;
+
 /// The error when a pending plan would be replaced by different content
 /// (turns.md §4.4; exact).
 pub const REFUSED_REPLACEMENT: &str =
@@ -263,6 +279,33 @@ struct PendingOp {
     ordinal: Option<Ordinal>,
     kind: OpKind,
     in_flight: bool,
+    replan: Replan,
+}
+
+/// What a durable operation of a turn is planned from, kept so that in a
+/// resumed turn it can be planned again under the next ordinal when its own
+/// was used before the daemon restarted (turns.md §4.4 "Resumed turn").
+#[derive(Debug, Clone, PartialEq)]
+struct Replan {
+    text: String,
+    reply_to: Option<String>,
+    metadata: Map<String, Value>,
+    options: Map<String, Value>,
+    /// The trail snapshot taken at the first reservation.
+    trail: Vec<TrailBlock>,
+    media: Option<MediaPayload>,
+    /// How many ordinals the operation has skipped so far.
+    skips: u32,
+}
+
+/// A media operation of an open turn in flight (turns.md OQ-6).
+#[derive(Debug, Clone, PartialEq)]
+struct MediaOp {
+    /// The session of its turn.
+    session: String,
+    /// Its turn.
+    turn_id: String,
+    replan: Replan,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -355,8 +398,8 @@ pub struct TurnMachine {
     waiters: BTreeMap<OpId, Vec<Waiter>>,
     next_op: u64,
     typing: HashMap<String, u64>,
-    /// Media operations in flight → the session of their open turn.
-    media_ops: BTreeMap<OpId, String>,
+    /// Media operations in flight, with the session of their open turn.
+    media_ops: BTreeMap<OpId, MediaOp>,
 }
 
 impl TurnMachine {
@@ -1307,6 +1350,11 @@ impl TurnMachine {
             .position(|t| t.closing.as_ref().and_then(|c| c.awaiting) == Some(op))
         {
             let mut turn = self.closing.remove(position);
+            if let Some(delivery) = turn.skip_taken_ordinal(op, &result) {
+                out.push(Effect::Deliver(delivery));
+                self.closing.push(turn);
+                return;
+            }
             let conversation = turn.conversation_id.clone();
             match &result {
                 Ok(_) => {
@@ -1330,8 +1378,13 @@ impl TurnMachine {
             self.reply_waiters(op, &result, out);
             return;
         }
-        if let Some(key) = self.media_ops.remove(&op) {
-            if let (Ok(_), Some(turn)) = (&result, self.sessions.get_mut(&key)) {
+        if let Some(mut media) = self.media_ops.remove(&op) {
+            if let Some(delivery) = self.skip_taken_media_ordinal(op, &mut media, &result) {
+                self.media_ops.insert(op, media);
+                out.push(Effect::Deliver(delivery));
+                return;
+            }
+            if let (Ok(_), Some(turn)) = (&result, self.sessions.get_mut(&media.session)) {
                 turn.activity.consume();
             }
             self.reply_waiters(op, &result, out);
@@ -1343,6 +1396,10 @@ impl TurnMachine {
                 .as_ref()
                 .is_some_and(|p| p.delivery.op == op)
         }) {
+            if let Some(delivery) = turn.skip_taken_ordinal(op, &result) {
+                out.push(Effect::Deliver(delivery));
+                return;
+            }
             match &result {
                 Ok(_) => {
                     let kind = turn.ledger.pending.as_ref().map(|p| p.kind);
@@ -1394,7 +1451,7 @@ impl TurnMachine {
                         Ok(canon_id) => SendOutcome::Delivered {
                             message_id: canon_id.clone(),
                         },
-                        Err(failure) if failure.class == FailureClass::Ambiguous => {
+                        Err(failure) if failure.class.may_have_landed() => {
                             tracing::warn!(error = %failure.error, "turn-less send unconfirmed");
                             SendOutcome::Failed {
                                 error: UNCONFIRMED_SEND.to_owned(),
@@ -1433,9 +1490,16 @@ impl TurnMachine {
         let key = self.open_turn_key(media.session_key.as_deref(), &media.conversation_id);
         if let Some(turn) = key.as_ref().and_then(|k| self.sessions.get_mut(k)) {
             let turn_id = turn.id.clone();
-            let reservation = turn.reserve_media(op, &media, metadata, options);
-            if let (Reservation::Send(_), Some(key)) = (&reservation, key) {
-                self.media_ops.insert(op, key);
+            let (reservation, replan) = turn.reserve_media(op, &media, metadata, options);
+            if let (Some(replan), Some(session)) = (replan, key) {
+                self.media_ops.insert(
+                    op,
+                    MediaOp {
+                        session,
+                        turn_id: turn_id.clone(),
+                        replan,
+                    },
+                );
             }
             self.dispatch_reservation(reservation, media.request, turn_id, None, out);
             return;
@@ -1467,6 +1531,40 @@ impl TurnMachine {
                 }),
             )),
         }
+    }
+
+    /// turns.md §4.4 "Resumed turn" for a media operation: the delivery of
+    /// `media` under its turn's next free ordinal, which it uses up at once as
+    /// [`Turn::reserve_media`] does; `None` when it does not move on (see
+    /// [`Turn::skips_taken_ordinal`]) or its turn is gone.
+    fn skip_taken_media_ordinal(
+        &mut self,
+        op: OpId,
+        media: &mut MediaOp,
+        result: &Result<Option<String>, DeliveryFailure>,
+    ) -> Option<Delivery> {
+        let Err(failure) = result else {
+            return None;
+        };
+        let open = self
+            .sessions
+            .get(&media.session)
+            .is_some_and(|t| t.id == media.turn_id);
+        let turn = if open {
+            self.sessions.get_mut(&media.session)?
+        } else {
+            self.closing.iter_mut().find(|t| t.id == media.turn_id)?
+        };
+        if !turn.skips_taken_ordinal(failure, media.replan.skips) {
+            return None;
+        }
+        let ordinal = turn.next_free_ordinal();
+        let delivery = plan_ordinal(op, turn, ordinal, &media.replan)?;
+        turn.ledger.settled = ordinal.get();
+        media.replan.skips += 1;
+        tracing::warn!(turn_id = %turn.id, ordinal = ordinal.get(), error = %failure.error,
+            "media id taken before the daemon restarted; sending under the next ordinal");
+        Some(delivery)
     }
 
     // ----- standalone sends (turns.md §4.6) -----
@@ -1882,21 +1980,16 @@ impl Turn {
             return Reservation::Send(pending.delivery.clone());
         }
         let ordinal = Ordinal::after_settled(self.ledger.settled);
-        let base = stable_final_message_id(&self.conversation_id, Some(&self.id), ordinal);
-        let Some(delivery) = build_delivery(&DeliverySpec {
-            op,
-            route: Route::Messages,
-            conversation_id: &self.conversation_id,
-            turn_id: Some(&self.id),
-            base_id: base.as_deref(),
-            text,
-            reply_to,
+        let replan = Replan {
+            text: text.to_owned(),
+            reply_to: reply_to.map(str::to_owned),
             metadata,
             options,
-            reply_authority: self.reply_authority.clone(),
             trail,
             media: None,
-        }) else {
+            skips: 0,
+        };
+        let Some(delivery) = plan_ordinal(op, self, ordinal, &replan) else {
             return Reservation::Refused("Canon could not plan the message".to_owned());
         };
         self.ledger.pending = Some(PendingOp {
@@ -1904,8 +1997,64 @@ impl Turn {
             ordinal: Some(ordinal),
             kind,
             in_flight: true,
+            replan,
         });
         Reservation::Send(delivery)
+    }
+
+    /// The ordinal after the settled one and after the pending operation's.
+    fn next_free_ordinal(&self) -> Ordinal {
+        let floor = self
+            .ledger
+            .pending
+            .as_ref()
+            .and_then(|p| p.ordinal)
+            .map_or(self.ledger.settled, |o| o.get().max(self.ledger.settled));
+        Ordinal::after_settled(floor)
+    }
+
+    /// Whether an operation of this turn that failed with `failure` after
+    /// `skips` skips moves on to the next ordinal (turns.md §4.4 "Resumed
+    /// turn"): only in a turn resumed after a daemon restart, only for an id
+    /// conflict (the daemon before the restart stored another payload under
+    /// the id), and at most [`MAX_RESUMED_ORDINAL_SKIPS`] times.
+    fn skips_taken_ordinal(&self, failure: &DeliveryFailure, skips: u32) -> bool {
+        if !self.resumed || failure.class != FailureClass::IdConflict {
+            return false;
+        }
+        if skips >= MAX_RESUMED_ORDINAL_SKIPS {
+            tracing::error!(turn_id = %self.id, skips, error = %failure.error,
+                "every ordinal tried was taken before the daemon restarted; delivery given up");
+            return false;
+        }
+        true
+    }
+
+    /// turns.md §4.4 "Resumed turn" for the pending operation `op`: when it
+    /// moves on (see [`Turn::skips_taken_ordinal`]), its whole plan again,
+    /// every part under the next free ordinal's ids, as the pending operation.
+    fn skip_taken_ordinal(
+        &mut self,
+        op: OpId,
+        result: &Result<Option<String>, DeliveryFailure>,
+    ) -> Option<Delivery> {
+        let Err(failure) = result else {
+            return None;
+        };
+        let pending = self.ledger.pending.as_ref()?;
+        if pending.delivery.op != op || !self.skips_taken_ordinal(failure, pending.replan.skips) {
+            return None;
+        }
+        let ordinal = self.next_free_ordinal();
+        let delivery = plan_ordinal(op, self, ordinal, &pending.replan)?;
+        let pending = self.ledger.pending.as_mut()?;
+        pending.delivery = delivery.clone();
+        pending.ordinal = Some(ordinal);
+        pending.in_flight = true;
+        pending.replan.skips += 1;
+        tracing::warn!(turn_id = %self.id, ordinal = ordinal.get(), error = %failure.error,
+            "message id taken before the daemon restarted; sending under the next ordinal");
+        Some(delivery)
     }
 
     /// Plans a media message of this open turn (turns.md §7.6 media row and
@@ -1914,47 +2063,38 @@ impl Turn {
     /// (turns.md §4.4). The ordinal is used up at once, past any pending operation,
     /// so the media never waits for, replaces or collides with another operation of
     /// the turn; the transport's with-id retry replays its exact bytes.
+    /// Returns the reservation and, with a delivery, what it was planned from.
     fn reserve_media(
         &mut self,
         op: OpId,
         media: &HostMedia,
         metadata: Map<String, Value>,
         options: Map<String, Value>,
-    ) -> Reservation {
+    ) -> (Reservation, Option<Replan>) {
         if self.silenced {
-            return Reservation::Silenced;
+            return (Reservation::Silenced, None);
         }
         let trail = if should_publish_turn_trail(self.verbosity) {
             final_turn_trail(self.activity.blocks())
         } else {
             Vec::new()
         };
-        let floor = self
-            .ledger
-            .pending
-            .as_ref()
-            .and_then(|p| p.ordinal)
-            .map_or(self.ledger.settled, |o| o.get().max(self.ledger.settled));
-        let ordinal = Ordinal::after_settled(floor);
-        let base = stable_final_message_id(&self.conversation_id, Some(&self.id), ordinal);
-        let Some(delivery) = build_delivery(&DeliverySpec {
-            op,
-            route: Route::Messages,
-            conversation_id: &self.conversation_id,
-            turn_id: Some(&self.id),
-            base_id: base.as_deref(),
-            text: &media.caption,
-            reply_to: media.reply_to.as_deref(),
+        let ordinal = self.next_free_ordinal();
+        let replan = Replan {
+            text: media.caption.clone(),
+            reply_to: media.reply_to.clone(),
             metadata,
             options,
-            reply_authority: self.reply_authority.clone(),
             trail,
-            media: Some(&media.media),
-        }) else {
-            return Reservation::Refused("Canon could not plan the message".to_owned());
+            media: Some(media.media.clone()),
+            skips: 0,
+        };
+        let Some(delivery) = plan_ordinal(op, self, ordinal, &replan) else {
+            let refused = Reservation::Refused("Canon could not plan the message".to_owned());
+            return (refused, None);
         };
         self.ledger.settled = ordinal.get();
-        Reservation::Send(delivery)
+        (Reservation::Send(delivery), Some(replan))
     }
 
     /// The pending operation succeeded: advance the ordinal.
@@ -2161,6 +2301,27 @@ fn standalone_delivery(
     .map(|mut delivery| {
         delivery.turn_id = None;
         delivery
+    })
+}
+
+/// The delivery of `replan` under `ordinal` of `turn`: every part's id derives
+/// from (conversation, turn, ordinal) (turns.md §4.2, §4.3), and every part
+/// carries the turn's reply authority.
+fn plan_ordinal(op: OpId, turn: &Turn, ordinal: Ordinal, replan: &Replan) -> Option<Delivery> {
+    let base = stable_final_message_id(&turn.conversation_id, Some(&turn.id), ordinal);
+    build_delivery(&DeliverySpec {
+        op,
+        route: Route::Messages,
+        conversation_id: &turn.conversation_id,
+        turn_id: Some(&turn.id),
+        base_id: base.as_deref(),
+        text: &replan.text,
+        reply_to: replan.reply_to.as_deref(),
+        metadata: replan.metadata.clone(),
+        options: replan.options.clone(),
+        reply_authority: turn.reply_authority.clone(),
+        trail: replan.trail.clone(),
+        media: replan.media.as_ref(),
     })
 }
 

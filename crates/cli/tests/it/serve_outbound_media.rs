@@ -4,7 +4,9 @@
 //! under the turn's ordinal id, replayed without a duplicate after an ambiguous failure; a
 //! document out of turn is a standalone id group with the attachment on the final part; a file
 //! above 10 MiB is refused with nothing uploaded; `standalone.send` uploads its `media_files`
-//! onto the final part; a silenced turn answers success and writes nothing.
+//! onto the final part; a silenced turn answers success and writes nothing; a turn that sent
+//! media, resynced into a new daemon after a `kill -9`, still stores its final exactly once
+//! (reliability review M1).
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +14,9 @@ use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
 use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
-use super::shim_support::{complete_turn, ctx, open_turn, sim, Shim, WAIT};
+use super::shim_support::{
+    complete_turn, ctx, dm_event, open_turn, sim, start_turn, Shim, SESSION, WAIT,
+};
 
 const PNG: &[u8] =
     b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
@@ -420,4 +424,117 @@ async fn uploads_beyond_the_cap_fail_at_once() {
         started.elapsed() < WAIT,
         "answered without waiting for an upload"
     );
+}
+
+/// Reliability review M1 (issue 16), hermes-host.md §19.10: a turn sends an image (its own
+/// durable `turn_complete` under the turn's ordinal 1), then its daemon is killed with SIGKILL.
+/// The shim's successor resyncs the turn (same turn id) and the turn completes with an answer.
+/// The resumed ledger starts again at ordinal 1, so the final's first id is the image's and
+/// Canon answers 409 `MESSAGE_ID_EXISTS`; before the fix the daemon logged "final delivery
+/// failed" and the answer was lost. Now the final moves on to ordinal 2: Canon stores the image
+/// once and the answer exactly once, and the journal shows the 409 followed by the store.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_resynced_after_a_kill_stores_its_final_once_past_the_media_ordinal() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let sim = sim().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = file(dir.path(), "cat.png", PNG);
+    let mut first = Shim::spawn(&sim);
+    first.connect(&sim).await;
+    sim.inject_message(&canon_sim::control::Injection {
+        text: Some("send me a cat, then tell me about it".to_owned()),
+        ..Default::default()
+    })
+    .expect("inject");
+    let inbound = first.accept_inbound().await;
+    let event_ref = inbound["body"]["event_ref"]
+        .as_str()
+        .expect("event_ref")
+        .to_owned();
+    let message_id = inbound["body"]["event"]["message_id"].clone();
+    let turn_id = start_turn(&mut first, &event_ref, message_id.clone()).await;
+    let sent = send_media(&mut first, "image_file", &png, "A cat", ctx()).await;
+    assert_eq!(sent["body"]["success"], true, "{sent}");
+    let media_id = stored(&sim)[0].0.clone().expect("an operation-bound id");
+
+    first.child.start_kill().expect("SIGKILL sent");
+    let status = tokio::time::timeout(WAIT, first.child.wait())
+        .await
+        .expect("the daemon dies")
+        .expect("wait works");
+    assert_eq!(status.signal(), Some(9), "{status}");
+
+    // The shim's respawn: hello, the reconnect, then the resync of the open turn.
+    let mut second = Shim::spawn(&sim);
+    assert_eq!(second.hello().await["ok"], true);
+    let connect = second
+        .request(
+            "adapter.connect",
+            json!({"adapter_instance": 1, "is_reconnect": true,
+                   "config": {"extra": {}, "typing_indicator": true},
+                   "host": {"streaming_enabled": true}}),
+        )
+        .await;
+    assert_eq!(connect["body"]["connected"], true, "{connect}");
+    let resync = second
+        .request(
+            "resync",
+            json!({"adapter_connected": true,
+                   "open_turns": [{"event_ref": event_ref, "session_key": SESSION,
+                                   "turn_id": turn_id, "event": dm_event(message_id),
+                                   "started_at_ms": 1}],
+                   "queue_depths": {SESSION: 0}}),
+        )
+        .await;
+    assert_eq!(resync["ok"], true, "{resync}");
+
+    let text = "That was a cat, as you asked.";
+    let staged = second
+        .request(
+            "adapter.send",
+            json!({"chat_id": DEFAULT_CONVERSATION, "content": text,
+                   "metadata": {"expect_edits": true}, "ctx": ctx()}),
+        )
+        .await;
+    assert_eq!(staged["body"]["message_id"], turn_id.as_str(), "{staged}");
+    let edited = second
+        .request(
+            "adapter.edit",
+            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id, "content": text,
+                   "finalize": true, "ctx": ctx()}),
+        )
+        .await;
+    assert_eq!(edited["body"]["success"], true, "{edited}");
+    // Answered once the final settled (or failed) and the turn closed.
+    complete_turn(&mut second, &event_ref).await;
+
+    let messages = stored(&sim);
+    let ids: Vec<Option<String>> = messages.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(messages.len(), 2, "the image and the answer: {messages:?}");
+    assert_eq!(ids[0].as_deref(), Some(media_id.as_str()));
+    let (final_id, answer) = &messages[1];
+    let final_id = final_id.clone().expect("an operation-bound id");
+    assert!(final_id.starts_with("hermes-final-") && final_id != media_id);
+    assert_eq!(answer["text"], text);
+    assert_eq!(answer["metadata"]["turnSemantics"], "turn_complete");
+    assert_eq!(answer["metadata"]["turnId"], json!(turn_id));
+    let answers = messages.iter().filter(|(_, m)| m["text"] == text).count();
+    assert_eq!(answers, 1, "the answer is stored exactly once");
+
+    let sends: Vec<(u16, Value)> = sim
+        .journal(0, Some("/messages/send"))
+        .into_iter()
+        .map(|e| (e.status, e.body["messageId"].clone()))
+        .collect();
+    assert_eq!(
+        sends,
+        vec![
+            (200, json!(media_id)),
+            (409, json!(media_id)),
+            (200, json!(final_id)),
+        ],
+        "the image, the final refused under the image's id, the final under the next"
+    );
+    assert_eq!(second.close().await, Some(0));
 }

@@ -18,6 +18,7 @@ mod ledger;
 mod lifecycle;
 mod media;
 mod props;
+mod resumed;
 mod silence;
 mod turnless;
 mod typing;

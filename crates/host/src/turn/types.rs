@@ -455,9 +455,25 @@ pub enum FailureClass {
     /// An HTTP error that is not 409 and not retryable (4xx other than 408,
     /// 425, 429).
     Rejected,
-    /// Anything else: 409, 408, 425, 5xx, timeouts, transport or protocol
-    /// errors, malformed responses.
+    /// HTTP 409 with the code `MESSAGE_ID_EXISTS` (canon-wire.md §2.4): the
+    /// client id already names a message with a different payload. The
+    /// ledger keeps the reservation, as for [`FailureClass::Ambiguous`]
+    /// (turns.md §4.4); only in a turn resumed after a daemon restart does it
+    /// mean that the ordinal was used before the restart, and the operation
+    /// moves on to the turn's next ordinal (turns.md §4.4 "Resumed turn").
+    IdConflict,
+    /// Anything else: another 409, 408, 425, 5xx, timeouts, transport or
+    /// protocol errors, malformed responses.
     Ambiguous,
+}
+
+impl FailureClass {
+    /// Whether the failed call may have stored the message: everything but a
+    /// provable pre-handler failure or a rejection (turns.md §4.4 "Release on
+    /// failure"; an id conflict keeps its reservation).
+    pub fn may_have_landed(self) -> bool {
+        matches!(self, FailureClass::IdConflict | FailureClass::Ambiguous)
+    }
 }
 
 /// A failed durable operation.

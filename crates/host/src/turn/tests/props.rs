@@ -94,7 +94,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         session.clone().prop_map(|session| Op::NoReply { session }),
         proptest::option::of(session.clone()).prop_map(|session| Op::Media { session }),
         session.prop_map(|session| Op::Steer { session }),
-        (0usize..8, 0u8..4).prop_map(|(pick, class)| Op::Outcome { pick, class }),
+        (0usize..8, 0u8..5).prop_map(|(pick, class)| Op::Outcome { pick, class }),
         Just(Op::Standalone),
         (0u64..2_000).prop_map(|advance| Op::Tick { advance }),
         any::<bool>().prop_map(|on| Op::Typing { on }),
@@ -234,9 +234,14 @@ fn to_input(op: &Op, request: u64, ops: &[OpId], now: u64) -> Input {
                     error: "bad".to_owned(),
                     retryable: false,
                 }),
-                _ => Err(DeliveryFailure {
+                3 => Err(DeliveryFailure {
                     class: FailureClass::Ambiguous,
                     error: "timed out".to_owned(),
+                    retryable: false,
+                }),
+                _ => Err(DeliveryFailure {
+                    class: FailureClass::IdConflict,
+                    error: "message id exists".to_owned(),
                     retryable: false,
                 }),
             };
