@@ -248,7 +248,8 @@ pub struct Config {
     pub inbox_lock_wait: Duration,
     /// Fault injection for the crash tests (`CANON_HERMES_CRASH_POINT`, never set in
     /// production): the daemon kills itself with SIGKILL the first time it reaches this named
-    /// step of a detached approval (`crate::faults`).
+    /// step of a detached approval, or `turn.complete` when the shim completes a turn
+    /// (`crate::faults`).
     pub crash_point: Option<String>,
     /// Fault injection for the crash tests (`CANON_HERMES_CLOCK_OFFSET_MS`, never set in
     /// production): added to every clock read, so a successor daemon starts "later" and the

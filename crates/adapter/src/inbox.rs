@@ -155,12 +155,7 @@ impl Journal {
         }
         let mut text = String::new();
         for record in records {
-            match record {
-                Record::Handled { message_id, at_ms } => {
-                    self.state.handled.insert(message_id, *at_ms);
-                }
-                Record::Cursor(cursor) => self.state.cursor = Some(cursor.clone()),
-            }
+            self.state.apply(record);
             text.push_str(&format::record_line(record));
         }
         if self.lines + records.len() > COMPACT_LINES {

@@ -74,6 +74,7 @@ pub fn wake_message(event_ref: String, wake: WakeEvent) -> InboundMessage {
             raw: Opaque(wake.host_payload),
             internal: false,
         },
+        reply_authority: None,
     }
 }
 
@@ -133,21 +134,37 @@ pub struct PendingEvent {
     pub disposition_queued: bool,
 }
 
-/// The inbound events handed to the shim, by event reference (`e:<n>`),
-/// bounded by [`MAX_EVENTS`].
+/// The inbound events handed to the shim, by event reference (`e:<n>`, or
+/// `e:<instance>.<n>` in a daemon with an instance token), bounded by
+/// [`MAX_EVENTS`].
 #[derive(Debug, Clone, Default)]
 pub struct EventTable {
     events: HashMap<String, PendingEvent>,
     order: VecDeque<String>,
     next: u64,
+    /// `<instance>.`, or empty.
+    prefix: String,
 }
 
 impl EventTable {
+    /// A table whose references carry `instance`, so that no two daemon
+    /// processes hand out the same reference (empty: plain `e:<n>`).
+    pub fn for_instance(instance: &str) -> EventTable {
+        EventTable {
+            prefix: if instance.is_empty() {
+                String::new()
+            } else {
+                format!("{instance}.")
+            },
+            ..EventTable::default()
+        }
+    }
+
     /// Remembers an event under a fresh reference, forgetting the oldest
     /// beyond the bound; the reference.
     pub fn remember(&mut self, event: PendingEvent) -> String {
         self.next += 1;
-        let event_ref = format!("e:{}", self.next);
+        let event_ref = format!("e:{}{}", self.prefix, self.next);
         while self.order.len() >= MAX_EVENTS {
             if let Some(old) = self.order.pop_front() {
                 self.events.remove(&old);
@@ -312,6 +329,7 @@ mod tests {
                 raw: Opaque::default(),
                 internal: false,
             },
+            reply_authority: None,
         }
     }
 
@@ -345,6 +363,27 @@ mod tests {
         // The lane is gone: the next message goes at once.
         assert!(lanes.ready("c1", message("e")).is_some());
         assert_eq!(lanes.finished("c1", first, message("z")), None);
+    }
+
+    #[test]
+    fn two_daemon_instances_never_hand_out_the_same_reference() {
+        // A respawned daemon's table must not name an event the shim still
+        // holds from the one before it (another message's reply authority).
+        let pending = PendingEvent {
+            message_id: Some("m1".to_owned()),
+            reply_authority: None,
+            conversation_type: ConversationType::Direct,
+            disposition_queued: false,
+        };
+        let mut before = EventTable::for_instance("0badf00d");
+        let mut after = EventTable::for_instance("feedface");
+        let old: Vec<String> = (0..5).map(|_| before.remember(pending.clone())).collect();
+        assert_eq!(old[0], "e:0badf00d.1");
+        for _ in 0..5 {
+            let fresh = after.remember(pending.clone());
+            assert!(!old.contains(&fresh), "{fresh} reused");
+        }
+        assert!(after.get(&old[0]).is_none());
     }
 
     #[test]

@@ -221,6 +221,10 @@ pub fn resync_turns(open_turns: Vec<OpenTurn>) -> Vec<ResyncTurn> {
     open_turns
         .into_iter()
         .map(|t| ResyncTurn {
+            reply_authority: crate::session::handed_back_authority(
+                t.reply_authority.as_ref(),
+                &t.event.message_id,
+            ),
             conversation_type: conversation_type_of(t.event.chat_type.as_deref()),
             session_key: t.session_key,
             conversation_id: t.event.chat_id,
@@ -487,6 +491,25 @@ mod tests {
 
     #[test]
     fn resync_keeps_each_open_turn() {
+        // The shim hands back the reply authority it kept with the event; a respawned daemon
+        // accepts it under the stream's rules, for the turn's own message only.
+        let authority = serde_json::json!({"schema": "canon.agent-reply-authority.v1",
+            "sourceMessageId": "m1", "token": "tok-1", "expiresAt": "2026-12-02T17:49:51.508Z"});
+        let foreign = serde_json::json!({"schema": "canon.agent-reply-authority.v1",
+            "sourceMessageId": "m9", "token": "tok-9", "expiresAt": "2026-12-02T17:49:51.508Z"});
+        let other = resync_turns(vec![OpenTurn {
+            event_ref: "e:2".into(),
+            session_key: "s2".into(),
+            turn_id: "hermes-2".into(),
+            event: EventSummary {
+                chat_id: "c2".into(),
+                message_id: Some("m2".into()),
+                ..EventSummary::default()
+            },
+            started_at_ms: 1,
+            reply_authority: Some(foreign),
+        }]);
+        assert_eq!(other[0].reply_authority, None);
         let turns = resync_turns(vec![OpenTurn {
             event_ref: "e:1".into(),
             session_key: "s1".into(),
@@ -498,6 +521,7 @@ mod tests {
                 ..EventSummary::default()
             },
             started_at_ms: 42,
+            reply_authority: Some(authority.clone()),
         }]);
         assert_eq!(
             turns,
@@ -508,6 +532,7 @@ mod tests {
                 message_id: Some("m1".into()),
                 started_at_ms: 42,
                 conversation_type: ConversationType::Group,
+                reply_authority: canon_wire::authority::ReplyAuthority::accept(&authority, "m1"),
             }]
         );
     }

@@ -714,14 +714,23 @@ impl Session {
                     .as_deref()
                     .and_then(requests::send_key)
                     .unwrap_or(random);
+                let metadata = send.metadata.unwrap_or_default();
+                let reply_to = match send.reply_to {
+                    None if send.ctx.session_key.is_none()
+                        && !metadata.contains_key("reply_to_message_id") =>
+                    {
+                        self.inbox_redelivery_reply(&send.chat_id)
+                    }
+                    reply_to => reply_to,
+                };
                 self.feed(
                     Input::Send(HostSend {
                         request,
                         session_key: send.ctx.session_key,
                         conversation_id: send.chat_id,
                         content: send.content,
-                        reply_to: send.reply_to,
-                        metadata: send.metadata.unwrap_or_default(),
+                        reply_to,
+                        metadata,
                         random,
                     }),
                     now_ms,
@@ -744,7 +753,7 @@ impl Session {
             }
             ShimRequest::TurnStart(start) => {
                 let request = self.register(id, re);
-                let input = self.processing_start(
+                let mut input = self.processing_start(
                     request,
                     &start.event_ref,
                     start.session_key,
@@ -753,11 +762,22 @@ impl Session {
                     &start.absorbed_refs,
                     random,
                 );
-                self.feed(Input::ProcessingStart(input), now_ms)
+                if input.reply_authority.is_none() {
+                    input.reply_authority =
+                        handed_back_authority(start.reply_authority.as_ref(), &input.message_id);
+                }
+                let mut effects = self.inbox_turn_opened(
+                    &mut input,
+                    &start.event_ref,
+                    &start.absorbed_refs,
+                    now_ms,
+                );
+                effects.extend(self.feed(Input::ProcessingStart(input), now_ms));
+                effects
             }
             ShimRequest::TurnAccepted(accepted) => {
                 let request = self.register(id, re);
-                let start = self.processing_start(
+                let mut start = self.processing_start(
                     request,
                     &accepted.event_ref,
                     accepted.session_key,
@@ -766,13 +786,24 @@ impl Session {
                     &accepted.absorbed_refs,
                     random,
                 );
-                self.feed(
+                if start.reply_authority.is_none() {
+                    start.reply_authority =
+                        handed_back_authority(accepted.reply_authority.as_ref(), &start.message_id);
+                }
+                let mut effects = self.inbox_turn_opened(
+                    &mut start,
+                    &accepted.event_ref,
+                    &accepted.absorbed_refs,
+                    now_ms,
+                );
+                effects.extend(self.feed(
                     Input::QueueDequeued {
                         start,
                         interrupted: accepted.interrupted,
                     },
                     now_ms,
-                )
+                ));
+                effects
             }
             ShimRequest::TurnComplete(complete) => {
                 let request = self.register(id, re);
@@ -780,6 +811,12 @@ impl Session {
                 let mut cancelled = self.hitl.cancel_session(Some(&complete.session_key));
                 cancelled.extend(self.cancel_tool_waits(Some(&complete.session_key)));
                 let mut effects = vec![SessionEffect::CancelHitl(cancelled)];
+                effects.extend(self.inbox_turn_closed(
+                    &complete.session_key,
+                    complete.queue_depth,
+                    complete.draining,
+                    now_ms,
+                ));
                 effects.extend(self.feed(
                     Input::ProcessingComplete {
                         request,
@@ -803,6 +840,7 @@ impl Session {
             ShimRequest::Resync(resync) => {
                 let request = self.register(id, re);
                 self.resync_sessions(&resync.open_turns);
+                self.inbox_resynced(resync.open_turns.iter().map(|t| t.session_key.as_str()));
                 let open_turns = requests::resync_turns(resync.open_turns);
                 self.feed(
                     Input::Resync {
@@ -1052,13 +1090,14 @@ impl Session {
         };
         let event_ref = self.events.remember(PendingEvent {
             message_id: wake.source.message_id.clone(),
-            reply_authority: created.reply_authority,
+            reply_authority: created.reply_authority.clone(),
             conversation_type: conversation_type_of(Some(wake.source.chat_type)),
             disposition_queued,
         });
         self.inbox_hold(&event_ref, wake.source.message_id.clone());
         let intent = wake.delivery_intent;
-        let message = inbound::wake_message(event_ref, *wake);
+        let mut message = inbound::wake_message(event_ref, *wake);
+        message.reply_authority = created.reply_authority;
         let step = match inbound::attachments(&created.message) {
             Some(attachments) => InboundStep::Materialize {
                 job: self.lanes.pending(&conversation_id),
@@ -1147,4 +1186,14 @@ fn connect_verbosity(env: Option<&str>, extra: &Value) -> Result<VerbosityConfig
         texts[1].as_deref(),
         texts[2].as_deref(),
     )
+}
+
+/// The reply authority the shim handed back with an event this daemon does not know (its
+/// predecessor handed the event over), accepted only under the same rules as one from the
+/// stream, for the event's own message.
+pub(crate) fn handed_back_authority(
+    value: Option<&Value>,
+    message_id: &Option<String>,
+) -> Option<canon_wire::authority::ReplyAuthority> {
+    canon_wire::authority::ReplyAuthority::accept(value?, message_id.as_deref()?)
 }

@@ -400,6 +400,12 @@ pub struct TurnMachine {
     typing: HashMap<String, u64>,
     /// Media operations in flight, with the session of their open turn.
     media_ops: BTreeMap<OpId, MediaOp>,
+    /// Per conversation, the turn whose `/streaming` write last reached its
+    /// live node (see [`TurnMachine::guard_clears`]).
+    node_owners: HashMap<String, String>,
+    /// The clears pushed by the call being handled: their index in its
+    /// effects and the turn that asked for them.
+    clears: Vec<(usize, String)>,
 }
 
 impl TurnMachine {
@@ -413,6 +419,8 @@ impl TurnMachine {
             next_op: 1,
             typing: HashMap::new(),
             media_ops: BTreeMap::new(),
+            node_owners: HashMap::new(),
+            clears: Vec::new(),
         }
     }
 
@@ -568,7 +576,64 @@ impl TurnMachine {
             Input::Timeout => self.on_timeout(now_ms, &mut out),
             Input::Disconnect => self.on_disconnect(&mut out),
         }
-        out
+        self.guard_clears(out)
+    }
+
+    /// A conversation has one live node, which every turn of it writes: a
+    /// follow-up may start streaming while the turn before it still waits
+    /// out its 750 ms handoff (or its final is slow to land), and that
+    /// turn's clear would then wipe the follow-up's live answer, which the
+    /// server salvages into a durable `progress` copy beside the follow-up's
+    /// own final. So a turn's clear goes out only while the node is its own
+    /// (no other turn wrote to it since); the turn that wrote last clears
+    /// it. Walks the effects in order, so a write and a clear of one call
+    /// are judged as Canon will see them.
+    fn guard_clears(&mut self, out: Vec<Effect>) -> Vec<Effect> {
+        let clears = std::mem::take(&mut self.clears);
+        if clears.is_empty() && !out.iter().any(is_node_write) {
+            return out;
+        }
+        let mut kept = Vec::with_capacity(out.len());
+        for (index, effect) in out.into_iter().enumerate() {
+            match &effect {
+                Effect::Streaming(
+                    StreamingUpdate::Set {
+                        conversation_id,
+                        turn_id: Some(turn),
+                        ..
+                    }
+                    | StreamingUpdate::Blank {
+                        conversation_id,
+                        turn_id: Some(turn),
+                    },
+                ) if self.node_owners.len() < MAX_SESSIONS
+                    || self.node_owners.contains_key(conversation_id) =>
+                {
+                    self.node_owners
+                        .insert(conversation_id.clone(), turn.clone());
+                }
+                Effect::Streaming(StreamingUpdate::Clear { conversation_id }) => {
+                    if let Some((_, turn)) = clears.iter().find(|(i, _)| *i == index) {
+                        match self.node_owners.get(conversation_id) {
+                            Some(owner) if owner != turn => {
+                                tracing::debug!(
+                                    turn_id = %turn,
+                                    owner = %owner,
+                                    "clear skipped: a later turn writes the live node"
+                                );
+                                continue;
+                            }
+                            _ => {
+                                self.node_owners.remove(conversation_id);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+            kept.push(effect);
+        }
+        kept
     }
 
     fn allocate_op(&mut self) -> OpId {
@@ -772,9 +837,7 @@ impl TurnMachine {
             outcome
         };
         let conversation = turn.conversation_id.clone();
-        let clear = Effect::Streaming(StreamingUpdate::Clear {
-            conversation_id: conversation.clone(),
-        });
+        let turn_id = turn.id.clone();
         let mut closing = Closing {
             state: TurnState::Completed,
             request,
@@ -784,7 +847,7 @@ impl TurnMachine {
         match outcome {
             Outcome::Cancelled | Outcome::Failure => {
                 turn.candidate = None;
-                out.push(clear);
+                push_clear(&mut self.clears, out, &turn_id, &conversation);
                 if outcome == Outcome::Cancelled {
                     closing.state = TurnState::Interrupted;
                 }
@@ -796,7 +859,7 @@ impl TurnMachine {
                     turn_id: Some(turn.id.clone()),
                 }));
                 turn.candidate = None;
-                out.push(clear);
+                push_clear(&mut self.clears, out, &turn_id, &conversation);
             }
             Outcome::Success => {
                 let answer = turn
@@ -805,7 +868,7 @@ impl TurnMachine {
                     .filter(|c| c.finalized && !c.durable_text().trim().is_empty());
                 match answer {
                     None => {
-                        out.push(clear);
+                        push_clear(&mut self.clears, out, &turn_id, &conversation);
                         if turn.resumed {
                             closing.state = TurnState::Interrupted;
                         }
@@ -813,11 +876,20 @@ impl TurnMachine {
                     Some(candidate) => {
                         let op = self.allocate_op();
                         let text = candidate.durable_text();
+                        // A turn resumed after a daemon restart may have lost the stream's
+                        // first send, which carried the reply target (the shim sends the
+                        // answer it kept again, not always that send): the final replies to
+                        // the message the turn was started for.
+                        let reply_to = candidate.reply_to.clone().or_else(|| {
+                            turn.resumed
+                                .then(|| turn.trigger_message_id.clone())
+                                .flatten()
+                        });
                         match turn.reserve(
                             op,
                             OpKind::Flush,
                             &text,
-                            candidate.reply_to.as_deref(),
+                            reply_to.as_deref(),
                             candidate.metadata,
                             candidate.options,
                         ) {
@@ -825,11 +897,13 @@ impl TurnMachine {
                                 closing.awaiting = Some(delivery.op);
                                 out.push(Effect::Deliver(delivery));
                             }
-                            Reservation::Silenced | Reservation::DuplicateFinal => out.push(clear),
+                            Reservation::Silenced | Reservation::DuplicateFinal => {
+                                push_clear(&mut self.clears, out, &turn_id, &conversation)
+                            }
                             Reservation::InFlight(awaited) => closing.awaiting = Some(awaited),
                             Reservation::Refused(error) => {
                                 tracing::warn!(turn_id = %turn.id, %error, "final not sent");
-                                out.push(clear);
+                                push_clear(&mut self.clears, out, &turn_id, &conversation);
                             }
                         }
                     }
@@ -1369,9 +1443,7 @@ impl TurnMachine {
                 }
                 Err(failure) => {
                     tracing::warn!(turn_id = %turn.id, error = %failure.error, "final delivery failed");
-                    out.push(Effect::Streaming(StreamingUpdate::Clear {
-                        conversation_id: conversation,
-                    }));
+                    push_clear(&mut self.clears, out, &turn.id, &conversation);
                     finish_close(turn, self.config, now, out);
                 }
             }
@@ -1630,6 +1702,7 @@ impl TurnMachine {
             );
             turn.resumed = true;
             turn.trigger_message_id = resync.message_id;
+            turn.reply_authority = resync.reply_authority;
             self.sessions.insert(resync.session_key, turn);
         }
     }
@@ -1648,9 +1721,7 @@ impl TurnMachine {
             }
             if turn.clear_at.is_some_and(|at| at <= now) {
                 turn.clear_at = None;
-                out.push(Effect::Streaming(StreamingUpdate::Clear {
-                    conversation_id: turn.conversation_id.clone(),
-                }));
+                push_clear(&mut self.clears, out, &turn.id, &turn.conversation_id);
             }
         }
         let (due, waiting): (Vec<Turn>, Vec<Turn>) = std::mem::take(&mut self.closing)
@@ -1663,9 +1734,7 @@ impl TurnMachine {
             });
         self.closing = waiting;
         for turn in due {
-            out.push(Effect::Streaming(StreamingUpdate::Clear {
-                conversation_id: turn.conversation_id.clone(),
-            }));
+            push_clear(&mut self.clears, out, &turn.id, &turn.conversation_id);
             finish_close(turn, config, now, out);
         }
     }
@@ -1688,6 +1757,7 @@ impl TurnMachine {
         self.sessions.clear();
         self.typing.clear();
         self.media_ops.clear();
+        self.node_owners.clear();
     }
 
     /// The open lifecycle turn an outbound call belongs to (turns.md §7.1):
@@ -2154,6 +2224,36 @@ pub fn standalone_target(send: &StandaloneSend) -> Option<&str> {
     .flatten()
     .map(str::trim)
     .find(|t| !t.is_empty())
+}
+
+/// Pushes turn `turn_id`'s clear of `conversation`'s live node;
+/// [`TurnMachine::guard_clears`] drops it when a later turn wrote there.
+fn push_clear(
+    clears: &mut Vec<(usize, String)>,
+    out: &mut Vec<Effect>,
+    turn_id: &str,
+    conversation: &str,
+) {
+    clears.push((out.len(), turn_id.to_owned()));
+    out.push(Effect::Streaming(StreamingUpdate::Clear {
+        conversation_id: conversation.to_owned(),
+    }));
+}
+
+/// A `/streaming` write that makes its turn the owner of the live node.
+fn is_node_write(effect: &Effect) -> bool {
+    matches!(
+        effect,
+        Effect::Streaming(
+            StreamingUpdate::Set {
+                turn_id: Some(_),
+                ..
+            } | StreamingUpdate::Blank {
+                turn_id: Some(_),
+                ..
+            }
+        )
+    )
 }
 
 fn reply(request: RequestId, reply: HostReply) -> Effect {

@@ -6,7 +6,10 @@
 //!
 //! * first line, the header: `{"canonInbox":1,"scope":"<scope key>"}`;
 //! * `{"handled":"<Canon message id>","at":<Unix ms>}`: the message was handed to Hermes;
-//! * `{"cursor":"<stream event id>"}`: every frame up to this id is settled.
+//! * `{"cursor":"<stream event id>"}`: every frame up to this id is settled;
+//! * `{"open":"<Hermes session key>","conversation":"<Canon conversation id>",
+//!   "messages":["<Canon message id>",…]}`: a turn of that session started for those messages;
+//! * `{"closed":"<Hermes session key>"}`: that session's turn ended.
 //!
 //! Why a journal and not SQLite: the state is two things (a cursor and a bounded id set), each
 //! change is one short line, and an append plus `fdatasync` is the whole write — no C library in
@@ -19,7 +22,7 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::tracker::{HandledSet, Record, MAX_HANDLED};
+use crate::tracker::{HandledSet, OpenTurns, Record, MAX_HANDLED, MAX_TURN_MESSAGES};
 
 /// The journal format version in the header.
 pub const FORMAT_VERSION: u64 = 1;
@@ -53,8 +56,32 @@ pub struct Loaded {
     pub cursor: Option<String>,
     /// The handled ids, oldest first.
     pub handled: HandledSet,
+    /// The turns that opened and did not close.
+    pub open_turns: OpenTurns,
     /// A last line cut short by a crash was dropped.
     pub torn_tail: bool,
+}
+
+impl Loaded {
+    /// The state after `record`.
+    pub fn apply(&mut self, record: &Record) {
+        match record {
+            Record::Handled { message_id, at_ms } => {
+                self.handled.insert(message_id, *at_ms);
+            }
+            Record::Cursor(cursor) => self.cursor = Some(cursor.clone()),
+            Record::TurnOpened {
+                session_key,
+                conversation_id,
+                message_ids,
+            } => self
+                .open_turns
+                .open(session_key, conversation_id, message_ids),
+            Record::TurnClosed { session_key } => {
+                self.open_turns.close(session_key);
+            }
+        }
+    }
 }
 
 /// The header line of a journal of `scope`, `\n` included.
@@ -69,6 +96,12 @@ pub fn record_line(record: &Record) -> String {
     let mut line = match record {
         Record::Handled { message_id, at_ms } => json!({"handled": message_id, "at": at_ms}),
         Record::Cursor(cursor) => json!({"cursor": cursor}),
+        Record::TurnOpened {
+            session_key,
+            conversation_id,
+            message_ids,
+        } => json!({"open": session_key, "conversation": conversation_id, "messages": message_ids}),
+        Record::TurnClosed { session_key } => json!({"closed": session_key}),
     }
     .to_string();
     line.push('\n');
@@ -106,12 +139,7 @@ pub fn parse(bytes: &[u8], scope: &str) -> Result<Parsed, (usize, String)> {
         if index == 0 {
             check_header(&map, scope).map_err(|reason| (number, reason))?;
         } else {
-            match parse_record(&map).map_err(|reason| (number, reason))? {
-                Record::Handled { message_id, at_ms } => {
-                    state.handled.insert(&message_id, at_ms);
-                }
-                Record::Cursor(cursor) => state.cursor = Some(cursor),
-            }
+            state.apply(&parse_record(&map).map_err(|reason| (number, reason))?);
         }
         lines += 1;
     }
@@ -169,17 +197,50 @@ fn parse_record(map: &Map<String, Value>) -> Result<Record, String> {
         }
         return Ok(Record::Cursor(cursor));
     }
+    if let Some(session) = map.get("open") {
+        let session_key = parse_id(Some(session), "session key")?;
+        let conversation_id = parse_id(map.get("conversation"), "conversation id")?;
+        let Some(Value::Array(ids)) = map.get("messages") else {
+            return Err("an open-turn record without its messages".to_owned());
+        };
+        if ids.len() > MAX_TURN_MESSAGES || map.len() != 3 {
+            return Err("an open-turn record with unexpected fields or messages".to_owned());
+        }
+        let message_ids = ids
+            .iter()
+            .map(|id| parse_id(Some(id), "message id"))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Record::TurnOpened {
+            session_key,
+            conversation_id,
+            message_ids,
+        });
+    }
+    if let Some(session) = map.get("closed") {
+        let session_key = parse_id(Some(session), "session key")?;
+        if map.len() != 1 {
+            return Err("a closed-turn record with unexpected fields".to_owned());
+        }
+        return Ok(Record::TurnClosed { session_key });
+    }
     Err("an unknown record".to_owned())
 }
 
-/// The text of a compacted journal: the header, the kept handled ids (oldest first) and the
-/// cursor.
+/// The text of a compacted journal: the header, the kept handled ids (oldest first), the open
+/// turns and the cursor.
 pub fn snapshot(scope: &str, state: &Loaded) -> String {
     let mut text = header_line(scope);
     for (message_id, at_ms) in state.handled.iter() {
         text.push_str(&record_line(&Record::Handled {
             message_id: message_id.to_owned(),
             at_ms,
+        }));
+    }
+    for turn in state.open_turns.iter() {
+        text.push_str(&record_line(&Record::TurnOpened {
+            session_key: turn.session_key.clone(),
+            conversation_id: turn.conversation_id.clone(),
+            message_ids: turn.message_ids.clone(),
         }));
     }
     if let Some(cursor) = &state.cursor {

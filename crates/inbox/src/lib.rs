@@ -10,7 +10,8 @@
 //!   moves the *safe cursor* only across the settled prefix of the arrival order, so a
 //!   successor resuming from it is replayed every frame whose handling was unfinished; the
 //!   bounded [`tracker::HandledSet`] names the messages already handed over, which a replay
-//!   must drop. No I/O, no clock (times are parameters).
+//!   must drop; [`tracker::OpenTurns`] names the turns that started and never ended, whose
+//!   messages a successor hands to the host's resume of that session. No I/O, no clock (times are parameters).
 //! * [`format`]: the journal's text, `<CANON_HOME>/inbox-<scope>.jsonl`: one JSON line per
 //!   change, the header naming the format version and the scope (agent and Canon origin), the
 //!   parser that drops a last line a crash cut short and refuses anything else it did not write
@@ -24,7 +25,7 @@ pub mod format;
 pub mod tracker;
 
 pub use format::{scope_key, Loaded};
-pub use tracker::{HandledSet, Record, Ticket, Tracker};
+pub use tracker::{HandledSet, OpenTurn, OpenTurns, Record, Ticket, Tracker};
 
 #[cfg(test)]
 mod tests;

@@ -32,6 +32,38 @@ fn a_damaged_line_or_header_is_refused_with_its_line_number() {
     assert_eq!(line, 2, "an empty line is not a record");
 }
 
+#[test]
+fn an_open_turn_survives_compaction_until_it_closes() {
+    let opened = Record::TurnOpened {
+        session_key: "agent:main:canon:dm:c-1".into(),
+        conversation_id: "c-1".into(),
+        message_ids: vec!["m-1".into(), "m-2".into()],
+    };
+    let parsed = parse(journal_text(&[opened]).as_bytes(), SCOPE).unwrap();
+    let snapshot = crate::format::snapshot(SCOPE, &parsed.state);
+    let again = parse(snapshot.as_bytes(), SCOPE).unwrap();
+    assert_eq!(again.state.open_turns, parsed.state.open_turns);
+    assert_eq!(again.state.open_turns.len(), 1);
+    let mut state = again.state;
+    state.apply(&Record::TurnClosed {
+        session_key: "agent:main:canon:dm:c-1".into(),
+    });
+    assert!(state.open_turns.is_empty());
+    let (line, reason) = parse(
+        format!(
+            "{}{{\"open\":\"s\",\"conversation\":\"c\",\"messages\":[1]}}\n",
+            journal_text(&[])
+        )
+        .as_bytes(),
+        SCOPE,
+    )
+    .unwrap_err();
+    assert_eq!(
+        (line, reason.as_str()),
+        (2, "a message id that is not a string")
+    );
+}
+
 fn journal_text(records: &[Record]) -> String {
     let mut text = format!("{{\"canonInbox\":1,\"scope\":\"{SCOPE}\"}}\n");
     for record in records {
@@ -44,6 +76,19 @@ fn arb_record() -> impl Strategy<Value = Record> {
     prop_oneof![
         ("[a-z0-9:/ é\"\\\\-]{1,40}", any::<u64>()).prop_map(|(id, at)| handled(&id, at)),
         "[a-z0-9-]{1,20}".prop_map(Record::Cursor),
+        (
+            "[a-z:]{1,12}",
+            "c-[0-9]{1,3}",
+            proptest::collection::vec("m-[0-9]{1,4}", 0..4)
+        )
+            .prop_map(
+                |(session_key, conversation_id, message_ids)| Record::TurnOpened {
+                    session_key,
+                    conversation_id,
+                    message_ids,
+                }
+            ),
+        "[a-z:]{1,12}".prop_map(|session_key| Record::TurnClosed { session_key }),
     ]
 }
 
@@ -62,6 +107,7 @@ proptest! {
         let complete = text.as_bytes()[..at].iter().filter(|b| **b == b'\n').count() - 1;
         let mut expected_cursor = None;
         let mut expected_handled = Vec::new();
+        let mut expected_open: Vec<(String, String, Vec<String>)> = Vec::new();
         for record in &records[..complete] {
             match record {
                 Record::Cursor(c) => expected_cursor = Some(c.clone()),
@@ -70,8 +116,22 @@ proptest! {
                         expected_handled.push(message_id.clone());
                     }
                 }
+                Record::TurnOpened { session_key, conversation_id, message_ids } => {
+                    expected_open.retain(|(s, _, _)| s != session_key);
+                    expected_open.push((session_key.clone(), conversation_id.clone(), message_ids.clone()));
+                }
+                Record::TurnClosed { session_key } => {
+                    expected_open.retain(|(s, _, _)| s != session_key);
+                }
             }
         }
+        let open: Vec<(String, String, Vec<String>)> = parsed
+            .state
+            .open_turns
+            .iter()
+            .map(|t| (t.session_key.clone(), t.conversation_id.clone(), t.message_ids.clone()))
+            .collect();
+        prop_assert_eq!(open, expected_open);
         prop_assert_eq!(parsed.state.cursor, expected_cursor);
         let got: Vec<String> = parsed.state.handled.iter().map(|(id, _)| id.to_owned()).collect();
         prop_assert_eq!(got, expected_handled);

@@ -39,6 +39,89 @@ pub enum Record {
     },
     /// Every frame up to and including this id is settled.
     Cursor(String),
+    /// A turn of Hermes session `session_key` started for these Canon messages. A successor
+    /// that finds it not closed knows the turn was cut off (a gateway restart), and Hermes'
+    /// own resume of that session answers these messages.
+    TurnOpened {
+        /// The Hermes session key.
+        session_key: String,
+        /// The Canon conversation.
+        conversation_id: String,
+        /// The turn's Canon messages (at most [`MAX_TURN_MESSAGES`]).
+        message_ids: Vec<String>,
+    },
+    /// The session's turn ended.
+    TurnClosed {
+        /// The Hermes session key.
+        session_key: String,
+    },
+}
+
+/// Sessions whose open turn the journal keeps; the oldest is forgotten first.
+pub const MAX_OPEN_TURNS: usize = 1024;
+
+/// Canon messages kept per open turn.
+pub const MAX_TURN_MESSAGES: usize = 64;
+
+/// A turn that opened and did not close.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTurn {
+    /// The Hermes session key.
+    pub session_key: String,
+    /// The Canon conversation.
+    pub conversation_id: String,
+    /// Its Canon messages.
+    pub message_ids: Vec<String>,
+}
+
+/// The open turns, by session, oldest first, bounded by [`MAX_OPEN_TURNS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenTurns {
+    turns: VecDeque<OpenTurn>,
+}
+
+impl OpenTurns {
+    /// A turn of `session_key` in `conversation_id` opened for `message_ids` (replacing the
+    /// session's earlier one).
+    pub fn open(&mut self, session_key: &str, conversation_id: &str, message_ids: &[String]) {
+        self.close(session_key);
+        while self.turns.len() >= MAX_OPEN_TURNS {
+            self.turns.pop_front();
+        }
+        self.turns.push_back(OpenTurn {
+            session_key: session_key.to_owned(),
+            conversation_id: conversation_id.to_owned(),
+            message_ids: message_ids
+                .iter()
+                .take(MAX_TURN_MESSAGES)
+                .cloned()
+                .collect(),
+        });
+    }
+
+    /// The session's turn ended; the turn, if it was open.
+    pub fn close(&mut self, session_key: &str) -> Option<OpenTurn> {
+        let index = self
+            .turns
+            .iter()
+            .position(|t| t.session_key == session_key)?;
+        self.turns.remove(index)
+    }
+
+    /// The open turns, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &OpenTurn> + '_ {
+        self.turns.iter()
+    }
+
+    /// How many sessions have an open turn.
+    pub fn len(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// Whether no turn is open.
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -387,6 +387,8 @@ impl Runner {
         let mut parser = SseParser::with_max_frame_bytes(self.config.max_frame_bytes);
         let mut frames = Vec::new();
         let mut got_frame = false;
+        // Only the connection's first `agent.context` precedes the replay (see `deliver`).
+        let mut context_pending = true;
         loop {
             let read = tokio::time::timeout(self.config.idle_timeout, body.frame());
             let next = tokio::select! {
@@ -414,7 +416,10 @@ impl Runner {
             if let Err(err) = parser.push(&data, &mut frames) {
                 // Deliver what completed before the oversize frame.
                 for frame in frames.drain(..) {
-                    if !self.deliver(Event::from_frame(frame)).await {
+                    if !self
+                        .deliver(Event::from_frame(frame), &mut context_pending)
+                        .await
+                    {
                         return Outcome::ConsumerGone;
                     }
                 }
@@ -425,19 +430,32 @@ impl Runner {
             }
             for frame in frames.drain(..) {
                 got_frame = true;
-                if !self.deliver(Event::from_frame(frame)).await {
+                if !self
+                    .deliver(Event::from_frame(frame), &mut context_pending)
+                    .await
+                {
                     return Outcome::ConsumerGone;
                 }
             }
         }
     }
 
-    /// Applies the cursor rules, then hands the event to the consumer.
-    async fn deliver(&self, event: Event) -> bool {
-        // `agent.context` arrives with a fresh id *before* the replay of missed events; if it
-        // moved the cursor, a connection that broke right after it would skip those events for
-        // good. It is idempotent state, so replaying it again costs nothing.
-        let moves_cursor = !matches!(event.kind, EventKind::AgentContext { .. });
+    /// Applies the cursor rules, then hands the event to the consumer. `context_pending`: the
+    /// connection's first `agent.context` has not arrived yet.
+    async fn deliver(&self, event: Event, context_pending: &mut bool) -> bool {
+        // A connection's first `agent.context` arrives with a fresh id *before* the replay of
+        // missed events; if it moved the cursor, a connection that broke right after it would
+        // skip those events for good. It is idempotent state, so replaying it again costs
+        // nothing. Every later one (earlier connections' contexts in the replay, or a live
+        // change) comes in order and moves the cursor: if none did, each connection would
+        // replay one more stored context than the last, and a server that ends connections
+        // after a few frames would then never get past them (a reconnect storm that delivers
+        // nothing new).
+        let is_context = matches!(event.kind, EventKind::AgentContext { .. });
+        let moves_cursor = !(is_context && *context_pending);
+        if is_context {
+            *context_pending = false;
+        }
         if let (Some(id), true) = (&event.id, moves_cursor) {
             if usable_cursor(id) {
                 self.set_cursor(Some(id.clone()));

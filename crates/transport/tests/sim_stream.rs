@@ -280,6 +280,45 @@ async fn a_break_right_after_agent_context_loses_no_event() {
     assert_eq!(replayed, missed, "every missed event, once, in order");
 }
 
+/// Regression (fault harness, issue 16): every connection stores one more `agent.context`
+/// after the cursor, and a server that ends each connection after a few frames must not trap
+/// the stream replaying old contexts: the contexts behind the first move the cursor, so an
+/// event sent after many short connections still arrives.
+#[tokio::test]
+async fn short_connections_do_not_trap_the_stream_in_replayed_contexts() {
+    let sim = sim().await;
+    let mut config = fast_stream();
+    config.initial_backoff = Duration::from_millis(20);
+    config.max_backoff = Duration::from_millis(20);
+    let mut stream = open(&sim, config);
+    wait_open_streams(&sim, 1).await;
+    push_probe(&sim, "1");
+    until_probe(&mut stream, "1").await;
+    // Every connection from now on ends after `connected` and four events; heartbeat frames
+    // (which carry no id) end a connection that has nothing else to send.
+    sim.set_switches(|s| {
+        s.heartbeat_ms = 50;
+        s.heartbeat_as_event = true;
+    });
+    sim.add_fault(sse_rule(
+        SseFault {
+            close_after_frames: Some(5),
+            ..SseFault::default()
+        },
+        json!({}),
+    ));
+    assert_eq!(sim.stream_control(AGENT, StreamCmd::Close), 1);
+    for _ in 0..8 {
+        until_disconnect(&mut stream).await;
+    }
+    push_probe(&sim, "2");
+    let seen = tokio::time::timeout(WAIT, until_probe(&mut stream, "2")).await;
+    assert!(
+        seen.is_ok(),
+        "the probe never arrived: every connection replayed old contexts"
+    );
+}
+
 #[tokio::test]
 async fn reconnect_after_a_clean_close_sends_the_cursor() {
     reconnects_with_cursor_after(StreamCmd::Close, None, Duration::from_secs(10)).await;

@@ -93,7 +93,8 @@ impl Driver {
                         "the inbox's last record was cut short by a crash and was dropped"
                     );
                 }
-                self.session.inbox_resume(loaded.cursor, loaded.handled);
+                self.session
+                    .inbox_resume(loaded.cursor, loaded.handled, &loaded.open_turns);
                 self.inbox = Some(writer);
                 Ok(())
             }

@@ -161,7 +161,14 @@ where
         };
         let input = tokio::select! {
             line = line_rx.recv() => match line {
-                Some(Line::Frame(bytes)) => SessionInput::Line(bytes),
+                Some(Line::Frame(bytes)) => {
+                    // The crash tests' "killed while Hermes completes a turn" (the shim must
+                    // hand the turn and its answer to the respawned daemon).
+                    if contains(&bytes, br#""type":"turn.complete""#) {
+                        crate::faults::crash_point("turn.complete");
+                    }
+                    SessionInput::Line(bytes)
+                }
                 Some(Line::TooLarge) => SessionInput::LineTooLarge,
                 None => break,
             },
@@ -350,6 +357,7 @@ fn session_config(config: &Config) -> SessionConfig {
         credentials: config.credentials().facts(),
         clarify_timeout: config.clarify_timeout,
         approval_timeout: config.approval_timeout,
+        instance: format!("{:08x}", random_u128() & 0xffff_ffff),
     }
 }
 
@@ -535,4 +543,9 @@ impl Driver {
         }
         None
     }
+}
+
+/// Whether `haystack` contains `needle` (a crash-point check on a raw frame).
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }

@@ -365,3 +365,65 @@ fn the_daemon_gets_only_the_environment_it_reads() {
         "['CANON_API_KEY', 'CANON_HERMES_PARENT_PID', 'HERMES_HOME', 'HOME', 'LANG', 'PATH', 'RUST_LOG', 'SSL_CERT_FILE']"
     );
 }
+
+/// Issue 16 (the fault harness's "answer lost in the completion call"): the daemon is killed
+/// when Hermes completes the turn, after the answer was streamed and before its final was
+/// stored. The staged answer died with it; the shim keeps the turn open until its completion is
+/// answered, hands it and its kept answer to the respawned daemon and completes it again, so
+/// the message still gets exactly one `turn_complete`, replying to it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_as_the_turn_completes_still_stores_its_final_once() {
+    let canon_home = tempfile::tempdir().expect("scratch dir");
+    let options = GatewayOptions {
+        env: vec![
+            (
+                "CANON_HOME".to_owned(),
+                canon_home.path().display().to_string(),
+            ),
+            (
+                "CANON_HERMES_CRASH_POINT".to_owned(),
+                "turn.complete".to_owned(),
+            ),
+        ],
+        ..GatewayOptions::default()
+    };
+    let sc = Scenario::start(
+        json!([{"match": {}, "reply": {"text": ANSWER, "delayMs": 60}}]),
+        options,
+    )
+    .await;
+    let inbound = sc.inject(Injection {
+        text: Some("hello hermes".into()),
+        ..Injection::default()
+    });
+    let inbound_id = inbound["id"].as_str().expect("an id").to_owned();
+    sc.wait("a turn_complete", |s| {
+        s.messages.iter().any(|m| {
+            m.conversation_id == DEFAULT_CONVERSATION
+                && m.message["metadata"]["turnSemantics"] == "turn_complete"
+        })
+    })
+    .await;
+    sc.wait_turn_closed(DEFAULT_CONVERSATION).await;
+    assert!(
+        canon_home.path().join(".crash-turn.complete").exists(),
+        "the crash point fired\n{}",
+        sc.gateway.log_tail()
+    );
+    // Let any duplicate arrive before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let finals: Vec<_> = sc
+        .agent_messages(DEFAULT_CONVERSATION)
+        .into_iter()
+        .filter(is_turn_complete)
+        .collect();
+    assert_eq!(finals.len(), 1, "{finals:#?}");
+    assert_eq!(finals[0]["text"], ANSWER, "{:#}", finals[0]);
+    assert_eq!(
+        finals[0]["replyTo"],
+        inbound_id.as_str(),
+        "{:#}\n{}",
+        finals[0],
+        sc.gateway.log_tail()
+    );
+}

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use canon_wire::authority::ReplyAuthority;
 use canon_wire::secret::{Opaque, Secret};
 
 use super::{ChatRef, Empty, Fatal};
@@ -115,6 +116,12 @@ pub struct InboundMessage {
     pub event_ref: String,
     /// The event.
     pub event: InboundEvent,
+    /// The message's validated reply authority. The shim keeps it with the event and hands it
+    /// back in `turn.start`, `turn.accepted` and `resync`, so a respawned daemon, which never
+    /// saw the message, still answers it with its authority (a final replayed after a daemon
+    /// kill must be the same request, authority included). Never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_authority: Option<ReplyAuthority>,
 }
 
 /// `inbound.message` result.

@@ -326,6 +326,10 @@ pub struct TurnStart {
     /// message): their messages are answered with it. Additive.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub absorbed_refs: Vec<String>,
+    /// The reply authority the daemon handed over with the event, as the shim kept it (used
+    /// when this daemon does not know the event: it was handed over by its predecessor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_authority: Option<serde_json::Value>,
 }
 
 /// `turn.start` and `turn.accepted` result.
@@ -357,6 +361,9 @@ pub struct TurnAccepted {
     /// cancelled. Additive, without a version bump (hermes-host.md §19.5).
     #[serde(default)]
     pub interrupted: bool,
+    /// As in [`TurnStart`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_authority: Option<serde_json::Value>,
 }
 
 /// Hermes' `ProcessingOutcome` (hermes-host.md §8.8).
@@ -383,6 +390,10 @@ pub struct TurnComplete {
     /// The session's queue depth.
     #[serde(default)]
     pub queue_depth: u32,
+    /// The gateway is stopping: a turn it cut off is resumed by Hermes after its restart, and
+    /// the messages still queued were discarded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 /// Hook identity of a tool call.
@@ -481,6 +492,9 @@ pub struct OpenTurn {
     pub event: EventSummary,
     /// When it started (epoch ms).
     pub started_at_ms: u64,
+    /// As in [`TurnStart`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_authority: Option<serde_json::Value>,
 }
 
 /// `resync` (hermes-host.md §19.10).

@@ -176,6 +176,7 @@ impl Session {
                 raw: Opaque(wake.raw),
                 internal: false,
             },
+            reply_authority: None,
         }
     }
 

@@ -23,6 +23,7 @@ use crate::connect::{self, ConnectFailure};
 use crate::credentials::{CredentialFacts, PlatformCredentials, ResolveCall, ResolvePurpose};
 use crate::hitl::table::HitlOutcome;
 use crate::hitl::{self};
+use crate::inbound::EventTable;
 use crate::inbound::{finish_inbound, Materialized};
 use crate::media::{self, TrustedScope};
 use crate::protocol::{
@@ -67,6 +68,13 @@ pub struct SessionConfig {
     pub clarify_timeout: Duration,
     /// How long a blocking exec approval waits for its human.
     pub approval_timeout: Duration,
+    /// A token unique to this daemon process (the shell draws it at
+    /// random), put into every inbound event reference. The shim keeps the
+    /// references of events Hermes still holds across a daemon respawn; a
+    /// respawned daemon counting from 1 again would hand out the same
+    /// references for other messages, and a turn of an old event would then
+    /// take another message's reply authority and conversation.
+    pub instance: String,
 }
 
 /// One thing that reached the daemon.
@@ -245,6 +253,7 @@ impl Session {
     /// A session for a daemon with this configuration.
     pub fn new(config: SessionConfig) -> Session {
         Session {
+            events: EventTable::for_instance(&config.instance),
             config,
             ..Session::default()
         }
@@ -513,7 +522,21 @@ impl Session {
                         false
                     }
                 };
-                let mut effects = self.inbox_answered(&id, now_ms);
+                let queued_in = result
+                    .as_ref()
+                    .ok()
+                    .filter(|body| body.get("queued").and_then(Value::as_bool) == Some(true))
+                    .and_then(|body| body.get("session_key").and_then(Value::as_str));
+                // A retryable error (the adapter is not connected: the gateway is stopping)
+                // means Hermes never took the message: its frame stays unsettled, so the next
+                // daemon's stream replays it.
+                let refused = matches!(&result, Err(error) if error.retryable);
+                let mut effects = if refused {
+                    self.inbox_refused(&id);
+                    Vec::new()
+                } else {
+                    self.inbox_answered(&id, queued_in, now_ms)
+                };
                 effects.extend(self.wake_answered(&id, accepted));
                 effects
             }

@@ -7,11 +7,12 @@
 
 use std::collections::HashMap;
 
-use canon_inbox::{HandledSet, Record, Ticket, Tracker};
+use canon_inbox::{HandledSet, OpenTurns, Record, Ticket, Tracker};
 use canon_wire::events::EventKind;
 
 use super::{Session, SessionEffect};
 use crate::protocol::InboundMessage;
+use crate::turn::ProcessingStart;
 
 /// Messages on their way to the shim (waiting for media or for an earlier message of their
 /// conversation) whose frames wait to settle; beyond this many something is wrong and the oldest
@@ -23,6 +24,7 @@ const MAX_HOLDS: usize = 4096;
 struct Hold {
     ticket: Option<Ticket>,
     message_id: Option<String>,
+    event_ref: String,
 }
 
 /// The session's inbox state.
@@ -35,20 +37,147 @@ pub(crate) struct InboxState {
     by_event: HashMap<String, Hold>,
     /// Daemon request id → hold, for messages the shim has not answered yet.
     by_request: HashMap<String, Hold>,
+    /// Event reference → (Hermes session key, hold), for messages Hermes queued behind a
+    /// running turn: they settle when their turn starts.
+    queued: HashMap<String, (String, Hold)>,
+    /// The turns the daemon before this one opened and never closed, by Hermes session key:
+    /// their conversation and Canon messages.
+    inherited: HashMap<String, (String, Vec<String>)>,
 }
 
 impl Session {
-    /// Replaces the inbox state with one loaded from the journal at connect.
-    pub fn inbox_resume(&mut self, cursor: Option<String>, handled: HandledSet) {
+    /// Replaces the inbox state with one loaded from the journal at connect: the cursor, the
+    /// handled ids and the turns a predecessor left open.
+    pub fn inbox_resume(
+        &mut self,
+        cursor: Option<String>,
+        handled: HandledSet,
+        open_turns: &OpenTurns,
+    ) {
         tracing::info!(
             cursor = cursor.as_deref().unwrap_or(""),
             handled = handled.len(),
+            open_turns = open_turns.len(),
             "resuming the inbound stream from the inbox"
         );
         self.inbox = InboxState {
             tracker: Tracker::resume(cursor, handled),
+            inherited: open_turns
+                .iter()
+                .map(|t| {
+                    (
+                        t.session_key.clone(),
+                        (t.conversation_id.clone(), t.message_ids.clone()),
+                    )
+                })
+                .collect(),
             ..InboxState::default()
         };
+    }
+
+    /// A turn starts (`turn.start` or a dequeue). A gateway stopped mid-turn resumes that
+    /// session by itself when it starts again, with an event that names no Canon message; the
+    /// first turn of a session whose turn a predecessor left open, when its event names no
+    /// message, is that resume and answers the cut-off turn's messages (without this, the
+    /// answer would reply to nothing and its messages would look unanswered). Any turn of the
+    /// session ends the inheritance. The turn's messages are journaled until it closes.
+    pub(super) fn inbox_turn_opened(
+        &mut self,
+        start: &mut ProcessingStart,
+        event_ref: &str,
+        absorbed_refs: &[String],
+        now_ms: u64,
+    ) -> Vec<SessionEffect> {
+        let mut effects = Vec::new();
+        let refs: Vec<&str> = std::iter::once(event_ref)
+            .chain(absorbed_refs.iter().map(String::as_str))
+            .collect();
+        self.settle_started(&refs, now_ms, &mut effects);
+        if let Some((_, mut ids)) = self.inbox.inherited.remove(&start.session_key) {
+            if start.message_id.is_none()
+                && start.absorbed_message_ids.is_empty()
+                && !ids.is_empty()
+            {
+                tracing::info!(
+                    session_key = %start.session_key,
+                    messages = ids.len(),
+                    "the session's resume answers its interrupted turn's messages"
+                );
+                start.message_id = Some(ids.remove(0));
+                start.absorbed_message_ids = ids;
+            }
+        }
+        let mut message_ids: Vec<String> = start.message_id.iter().cloned().collect();
+        message_ids.extend(start.absorbed_message_ids.iter().cloned());
+        if !message_ids.is_empty() {
+            effects.push(SessionEffect::Inbox(vec![Record::TurnOpened {
+                session_key: start.session_key.clone(),
+                conversation_id: start.conversation_id.clone(),
+                message_ids,
+            }]));
+        }
+        effects
+    }
+
+    /// The session's turn completed. While the gateway drains for a stop, the turn was cut off
+    /// (Hermes resumes it after the restart) and stays open in the journal, and the messages
+    /// still queued were discarded (their frames stay unsettled, so they are replayed). Else the
+    /// turn is closed, and with an empty queue every message still held for the session was
+    /// let go by Hermes (a stop dropped its queue): handled.
+    pub(super) fn inbox_turn_closed(
+        &mut self,
+        session_key: &str,
+        queue_depth: u32,
+        draining: bool,
+        now_ms: u64,
+    ) -> Vec<SessionEffect> {
+        self.inbox.inherited.remove(session_key);
+        if draining {
+            return Vec::new();
+        }
+        let mut effects = vec![SessionEffect::Inbox(vec![Record::TurnClosed {
+            session_key: session_key.to_owned(),
+        }])];
+        if queue_depth == 0 {
+            let refs: Vec<String> = self
+                .inbox
+                .queued
+                .iter()
+                .filter(|(_, (session, _))| session == session_key)
+                .map(|(event_ref, _)| event_ref.clone())
+                .collect();
+            let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+            self.settle_started(&refs, now_ms, &mut effects);
+        }
+        effects
+    }
+
+    /// A gateway that stopped before it could deliver a turn's answer sends it again after its
+    /// restart, outside any session and replying to nothing (Hermes' recovered-final
+    /// redelivery). Such a send in `conversation`, where a predecessor left a turn open, is that
+    /// turn's answer: the message it replies to (the inheritance ends).
+    pub(super) fn inbox_redelivery_reply(&mut self, conversation: &str) -> Option<String> {
+        let session = self
+            .inbox
+            .inherited
+            .iter()
+            .filter(|(_, (c, ids))| c == conversation && !ids.is_empty())
+            .map(|(session, _)| session.clone())
+            .min()?;
+        let (_, ids) = self.inbox.inherited.remove(&session)?;
+        tracing::info!(
+            session_key = %session,
+            "a redelivered answer replies to its interrupted turn's message"
+        );
+        ids.into_iter().next()
+    }
+
+    /// A respawned daemon's shim handed these sessions' running turns over: they go on as
+    /// themselves, not as resumes.
+    pub(super) fn inbox_resynced<'a>(&mut self, sessions: impl Iterator<Item = &'a str>) {
+        for session in sessions {
+            self.inbox.inherited.remove(session);
+        }
     }
 
     /// A new event stream opens: the cursor to resume it from. Frames of the old stream that
@@ -103,9 +232,14 @@ impl Session {
             self.inbox.by_event.clear();
         }
         let ticket = self.inbox.current.take();
-        self.inbox
-            .by_event
-            .insert(event_ref.to_owned(), Hold { ticket, message_id });
+        self.inbox.by_event.insert(
+            event_ref.to_owned(),
+            Hold {
+                ticket,
+                message_id,
+                event_ref: event_ref.to_owned(),
+            },
+        );
     }
 
     /// The line of an `inbound.message`; a held message now waits for the shim's answer.
@@ -124,12 +258,46 @@ impl Session {
     }
 
     /// The shim answered daemon request `request_id`: a held message is handled now (whether
-    /// Hermes accepted it or the shim reported an error, the daemon handed it over once).
-    pub(super) fn inbox_answered(&mut self, request_id: &str, now_ms: u64) -> Vec<SessionEffect> {
+    /// Hermes accepted it or the shim reported an error, the daemon handed it over once),
+    /// unless Hermes queued it behind a running turn of session `queued_in`: a gateway stop
+    /// discards that queue, so its frame settles only when its turn starts.
+    pub(super) fn inbox_answered(
+        &mut self,
+        request_id: &str,
+        queued_in: Option<&str>,
+        now_ms: u64,
+    ) -> Vec<SessionEffect> {
         let Some(hold) = self.inbox.by_request.remove(request_id) else {
             return Vec::new();
         };
+        if let Some(session) = queued_in {
+            if self.inbox.queued.len() >= MAX_HOLDS {
+                tracing::error!("too many queued inbound messages; their frames will be replayed");
+                self.inbox.queued.clear();
+            }
+            self.inbox
+                .queued
+                .insert(hold.event_ref.clone(), (session.to_owned(), hold));
+            return Vec::new();
+        }
         let mut effects = Vec::new();
+        self.settle_hold(hold, now_ms, &mut effects);
+        effects
+    }
+
+    /// The shim could not hand the message of daemon request `request_id` to Hermes (a
+    /// retryable error: the adapter is not connected): its frame never settles in this daemon,
+    /// so a successor's stream replays it.
+    pub(super) fn inbox_refused(&mut self, request_id: &str) {
+        if let Some(hold) = self.inbox.by_request.remove(request_id) {
+            tracing::warn!(
+                message_id = hold.message_id.as_deref().unwrap_or(""),
+                "Hermes did not take an inbound message; it is replayed after a restart"
+            );
+        }
+    }
+
+    fn settle_hold(&mut self, hold: Hold, now_ms: u64, effects: &mut Vec<SessionEffect>) {
         let handled = hold.message_id.as_deref().map(|id| (id, now_ms));
         let records = match hold.ticket {
             Some(ticket) => self.inbox.tracker.settle(ticket, handled),
@@ -139,8 +307,16 @@ impl Session {
                 .into_iter()
                 .collect(),
         };
-        push_records(&mut effects, records);
-        effects
+        push_records(effects, records);
+    }
+
+    /// Turns of `refs` started: their queued messages are handled now.
+    fn settle_started(&mut self, refs: &[&str], now_ms: u64, effects: &mut Vec<SessionEffect>) {
+        for event_ref in refs {
+            if let Some((_, hold)) = self.inbox.queued.remove(*event_ref) {
+                self.settle_hold(hold, now_ms, effects);
+            }
+        }
     }
 }
 

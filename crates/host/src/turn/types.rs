@@ -443,6 +443,8 @@ pub struct ResyncTurn {
     pub started_at_ms: u64,
     /// The conversation type.
     pub conversation_type: ConversationType,
+    /// The triggering message's reply authority, as the shim kept it.
+    pub reply_authority: Option<ReplyAuthority>,
 }
 
 /// How a durable operation failed; decides whether its reservation is

@@ -2,7 +2,7 @@
 //! message's frame settles, and how a resumed session drops a replayed message. The whole-binary
 //! twins (a daemon killed with SIGKILL and restarted) are in `crates/cli/tests/it/serve_inbox.rs`.
 
-use canon_inbox::{HandledSet, Record};
+use canon_inbox::{HandledSet, OpenTurns, Record};
 
 use super::*;
 
@@ -100,7 +100,9 @@ fn a_resumed_session_drops_a_replayed_handled_message_and_hands_over_the_rest() 
     let mut handled = HandledSet::default();
     handled.insert("m-1", 5);
     let mut daemon = Daemon::connected();
-    daemon.session.inbox_resume(Some("e-0".into()), handled);
+    daemon
+        .session
+        .inbox_resume(Some("e-0".into()), handled, &OpenTurns::default());
     daemon.connect();
     assert_eq!(daemon.session.inbox_new_stream().as_deref(), Some("e-0"));
     let replayed = daemon.handle_effects(frame("e-1", "m-1", "hello"));
@@ -140,4 +142,180 @@ fn a_new_stream_resumes_from_the_last_settled_frame_not_the_last_read_one() {
     // The connection drops before the shim answered: the next stream starts after e-1, so e-2
     // is replayed (and, if the shim did take it, dropped there by its message id).
     assert_eq!(daemon.session.inbox_new_stream().as_deref(), Some("e-1"));
+}
+
+/// A `turn.start` of the conversation's session, as the shim sends it, for an event that names
+/// `message` (or none: Hermes' resume of a session its restart cut off is an internal event
+/// with no text and no message).
+fn turn_start_line(id: &str, conversation: &str, message: Option<&str>) -> SessionInput {
+    let body = json!({"event_ref": format!("shim:{id}"), "session_key": session_key(conversation),
+        "event": {"chat_id": conversation, "chat_type": "dm", "user_id": "u1", "user_name": "Una",
+                  "message_id": message, "message_type": "text", "internal": message.is_none(),
+                  "text_len": 0, "delivery_intent": "queue"},
+        "queue_depth": 0});
+    SessionInput::Line(protocol::encode_request(id, "turn.start", body).into_bytes())
+}
+
+/// The active message ids of the first `/runtime/turn` publish among `effects`.
+fn published_active(effects: &[SessionEffect]) -> Vec<String> {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            SessionEffect::Canon(Effect::PublishTurn(update)) => update.active_message_ids.clone(),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
+    // The daemon before a gateway restart opened a turn for m-7 and never closed it.
+    let mut open = OpenTurns::default();
+    open.open(&session_key("c1"), "c1", &["m-7".to_owned()]);
+    open.open(&session_key("c2"), "c2", &["m-9".to_owned()]);
+    let mut daemon = Daemon::connected();
+    daemon
+        .session
+        .inbox_resume(None, HandledSet::default(), &open);
+    daemon.connect();
+    // Hermes resumes c1's session with an event naming no message: that turn answers m-7.
+    let resumed = daemon.handle_effects(turn_start_line("t1", "c1", None));
+    assert_eq!(published_active(&resumed), vec!["m-7".to_owned()]);
+    assert!(records(&resumed).contains(&Record::TurnOpened {
+        session_key: session_key("c1"),
+        conversation_id: "c1".into(),
+        message_ids: vec!["m-7".into()],
+    }));
+    // c2's human wrote again before any resume: that turn is the new message's alone, and the
+    // inheritance ends.
+    let fresh = daemon.handle_effects(turn_start_line("t2", "c2", Some("m-10")));
+    assert_eq!(published_active(&fresh), vec!["m-10".to_owned()]);
+    let complete = protocol::encode_request(
+        "t3",
+        "turn.complete",
+        json!({"event_ref": "shim:t2", "session_key": session_key("c2"), "outcome": "success",
+               "queue_depth": 0}),
+    );
+    let closed = daemon.handle_effects(SessionInput::Line(complete.into_bytes()));
+    assert!(records(&closed).contains(&Record::TurnClosed {
+        session_key: session_key("c2"),
+    }));
+    let later = daemon.handle_effects(turn_start_line("t4", "c2", None));
+    assert_eq!(published_active(&later), Vec::<String>::new());
+}
+
+#[test]
+fn a_message_hermes_queued_settles_when_its_turn_starts_and_not_at_a_gateway_stop() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let handed = daemon.handle_effects(frame("e-1", "m-1", "while busy"));
+    let [request] = inbound_request_ids(&handed)
+        .try_into()
+        .expect("one hand-over");
+    let event_ref = handed
+        .iter()
+        .find_map(|e| match e {
+            SessionEffect::Frame(line) => {
+                let v: Value = serde_json::from_str(line).ok()?;
+                v["body"]["event_ref"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        })
+        .expect("the event's reference");
+    let queued = protocol::encode_response(
+        &request,
+        "inbound.message",
+        Ok(json!({"accepted": true, "queued": true, "session_key": session_key("c1")})),
+    );
+    let answered = daemon.handle_effects(SessionInput::Line(queued.into_bytes()));
+    assert_eq!(records(&answered), vec![], "queued: not handled yet");
+    // The gateway stops while the message waits: nothing settles, so the next daemon's stream
+    // replays it.
+    let stop = protocol::encode_request(
+        "t0",
+        "turn.complete",
+        json!({"event_ref": "shim:other", "session_key": session_key("c1"),
+               "outcome": "success", "queue_depth": 0, "draining": true}),
+    );
+    assert_eq!(
+        records(&daemon.handle_effects(SessionInput::Line(stop.into_bytes()))),
+        vec![]
+    );
+    assert_eq!(daemon.session.inbox_cursor(), None);
+    // Without the stop, its turn starting hands it over for good.
+    let start = protocol::encode_request(
+        "t1",
+        "turn.start",
+        json!({"event_ref": event_ref, "session_key": session_key("c1"),
+               "event": {"chat_id": "c1", "chat_type": "dm", "user_id": "u1", "user_name": "Una",
+                         "message_id": "m-1", "message_type": "text", "internal": false,
+                         "text_len": 10, "delivery_intent": "queue"},
+               "queue_depth": 0}),
+    );
+    let started = records(&daemon.handle_effects(SessionInput::Line(start.into_bytes())));
+    assert_eq!(
+        started[..2],
+        [
+            Record::Handled {
+                message_id: "m-1".into(),
+                at_ms: daemon.now
+            },
+            Record::Cursor("e-1".into())
+        ]
+    );
+}
+
+#[test]
+fn an_answer_redelivered_after_a_restart_replies_to_its_interrupted_turns_message() {
+    let mut open = OpenTurns::default();
+    open.open(&session_key("c1"), "c1", &["m-7".to_owned()]);
+    let mut daemon = Daemon::connected();
+    daemon
+        .session
+        .inbox_resume(None, HandledSet::default(), &open);
+    daemon.connect();
+    // Hermes' recovered-final redelivery: a send outside any session, replying to nothing.
+    let send = |id: &str| {
+        SessionInput::Line(
+            protocol::encode_request(
+                id,
+                "adapter.send",
+                json!({"chat_id": "c1", "content": "The answer.", "reply_to": null,
+                       "metadata": null, "ctx": {}}),
+            )
+            .into_bytes(),
+        )
+    };
+    let reply_to = |effects: &[SessionEffect]| {
+        effects.iter().find_map(|e| match e {
+            SessionEffect::Canon(Effect::Deliver(delivery)) => Some(format!("{delivery:?}")),
+            _ => None,
+        })
+    };
+    let first = reply_to(&daemon.handle_effects(send("s1"))).expect("a delivery");
+    assert!(first.contains("\"m-7\""), "{first}");
+    // Once: a second turn-less send is just a send.
+    let second = reply_to(&daemon.handle_effects(send("s2"))).expect("a delivery");
+    assert!(!second.contains("m-7"), "{second}");
+}
+
+#[test]
+fn a_message_the_shim_could_not_hand_to_hermes_stays_unsettled() {
+    // During a gateway stop the adapter is gone and the shim answers `not_connected`: Hermes
+    // never took the message, so nothing is recorded and a successor replays its frame.
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let handed = daemon.handle_effects(frame("e-1", "m-1", "during the stop"));
+    let [request] = inbound_request_ids(&handed)
+        .try_into()
+        .expect("one hand-over");
+    let error = protocol::ErrorBody {
+        code: protocol::ErrorCode::NotConnected,
+        message: "no loop".into(),
+        retryable: true,
+    };
+    let refused = protocol::encode_response(&request, "inbound.message", Err(&error));
+    let answered = daemon.handle_effects(SessionInput::Line(refused.into_bytes()));
+    assert_eq!(records(&answered), vec![]);
+    assert_eq!(daemon.session.inbox_cursor(), None);
 }

@@ -96,8 +96,10 @@ fn dequeue_boundary_waits_for_the_follow_ups_first_send() {
             "reply r6 preview T2",
         ]),
         (7, delivered(1), &[]),
+        // The follow-up already writes the live node: the first turn's handoff
+        // clear would wipe it (and the server would salvage the follow-up's
+        // answer into a second bubble).
         (757, Input::Timeout, &[
-            "stream clear conv-1",
             "turn completed T1 q=2",
             "typing.resume conv-1",
         ]),
@@ -108,6 +110,14 @@ fn dequeue_boundary_waits_for_the_follow_ups_first_send() {
         ]),
         (759, complete(8, Outcome::Success), &[
             "deliver op2 messages conv-1 [base turn_complete \"Answer two\" trail=[text:T2:1:completed]]",
+        ]),
+        (760, delivered(2), &[]),
+        // The node is the follow-up's: its own handoff clears it.
+        (1510, Input::Timeout, &[
+            "stream clear conv-1",
+            "turn completed T2 q=0",
+            "typing.resume conv-1",
+            "reply r8 done",
         ]),
     ]);
     check(steps);

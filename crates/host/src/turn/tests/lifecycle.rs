@@ -241,6 +241,7 @@ fn resynced_turn_keeps_its_id() {
             message_id: Some("m1".to_owned()),
             started_at_ms: 5,
             conversation_type: ConversationType::Direct,
+            reply_authority: None,
         }],
     };
     check(vec![

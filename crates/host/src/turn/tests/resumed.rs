@@ -24,6 +24,7 @@ fn resync(request: u64) -> Input {
             message_id: Some("m1".to_owned()),
             started_at_ms: 0,
             conversation_type: ConversationType::Direct,
+            reply_authority: None,
         }],
     }
 }

@@ -133,6 +133,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._instance, self._loop = next(INSTANCES), None
         self._init_busy()
         self._open = {}  # session_key → open turn, resent by `resync`
+        self._answers = {}  # session_key → the run's kept answer (`_keep_answer`)
         self._runs = {}  # session_key → event_ref of the Canon turn Hermes is running
 
     def streaming_overflow_limit(self):
@@ -179,12 +180,20 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         return body
 
     def _resync(self, d):
-        """After a respawn (worker thread): reconnect, then hand the open turns over."""
+        """After a respawn (worker thread): reconnect, hand the open turns over, then send each
+        turn's kept answer again (`_keep_answer`)."""
         self._attach(d, True)
-        turns = list(self._open.values())
+        open_turns = list(self._open.values())
+        turns = [dict(t) for t in open_turns]
         depths = {t["session_key"]: self._depth(t["session_key"]) for t in turns}
         d.call("resync", {"adapter_connected": True, "open_turns": turns, "queue_depths": depths},
                TIMEOUTS["resync"])
+        for turn in open_turns:
+            answer = self._answers.get(turn["session_key"]) or {}
+            first, last = answer.get("first"), answer.get("last")
+            for step in [first] + ([last] if last is not first else []):
+                if step:
+                    d.call(step[0], step[1], TIMEOUTS[step[0]])
         log.info("canon-hermes daemon respawned; resynced %d open turn(s)", len(turns))
 
     def _gateway_stopping(self):
@@ -223,11 +232,37 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         # (hermes-host.md §10).
         for attempt in (1, 2):
             try:
-                return _send_result(await call(kind, body))
+                result = await call(kind, body)
             except DaemonError as exc:
                 if attempt == 1 and exc.code == DAEMON_EXITED and kind in RESENDABLE:
                     continue
                 return _send_result({"error": str(exc), "retryable": exc.retryable})
+            self._keep_answer(kind, body, result)
+            return _send_result(result)
+
+    def _keep_answer(self, kind, body, result):
+        """Keeps what a respawned daemon needs to rebuild a session's answer, which died with the
+        old one (its staging is in memory): the first send of the session's run (it carries the
+        reply threading; Hermes may stream it before `on_processing_start` returned) and the
+        latest send or edit (the whole text so far). `_resync` sends them again, unchanged, so
+        a final the old daemon already stored is replayed onto its own id; without them a turn
+        whose daemon was killed after the last edit would complete with nothing staged and its
+        answer would never be stored."""
+        key = (body.get("ctx") or {}).get("session_key")
+        if kind not in RESENDABLE or not key or not result.get("success"):
+            return
+        answer = self._answers.setdefault(key, {})
+        if "after" in answer:
+            # A dequeued follow-up's answer starts with a send replying to its message; until
+            # then the sends and edits are the previous turn's last ones.
+            meta = body.get("metadata") or {}
+            if kind != "adapter.send" or answer["after"] not in (body.get("reply_to"),
+                                                                  meta.get("reply_to_message_id")):
+                return
+            del answer["after"]
+        if kind == "adapter.send":
+            answer.setdefault("first", (kind, body))
+        answer["last"] = (kind, body)
 
     async def send(self, chat_id, content, reply_to=None, metadata=None):
         # One key per call of Hermes', kept across the resend of `_forward` (hermes-host.md §19.6).
@@ -311,11 +346,13 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
     def _ref(event):
         return getattr(event, "_canon_ref", None) or "shim:%x" % id(event)
 
-    def _track(self, key, ref, summary, started, body):
+    def _track(self, key, ref, summary, started, body, authority=None):
         """Keeps the turn Canon opened for `ref` for `resync` while it still runs."""
         if body.get("turn_id") and self._runs.get(key) == ref:
             self._open[key] = {"event_ref": ref, "session_key": key, "turn_id": body["turn_id"],
                                "event": summary, "started_at_ms": started}
+            if authority:
+                self._open[key]["reply_authority"] = authority
 
     def _restore_noop(self, event):
         """Hermes' no-op pass for a message that arrived during its startup restore
@@ -336,21 +373,47 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         body = {"event_ref": ref, "session_key": key, "event": summary, "queue_depth": self._depth(key)}
         if absorbed_refs(event):
             body["absorbed_refs"] = absorbed_refs(event)
+        authority = getattr(event, "_canon_authority", None)
+        if authority:
+            body["reply_authority"] = authority
         body = await call("turn.start", body)
-        self._track(key, ref, summary, started, body)
+        self._track(key, ref, summary, started, body, authority)
+
+    def _waits_in_queue(self, key, event):
+        """Whether `event` waits in the session's queue: the head slot, the overflow, or merged
+        into the waiting head."""
+        head = self._pending_messages.get(key)
+        overflow = (getattr(self._runner, "_queued_events", None) or {}).get(key) or ()
+        return head is event or any(e is event for e in overflow) or \
+            (head is not None and self._ref(event) in absorbed_refs(head))
 
     async def on_processing_complete(self, event, outcome):
         if vars(event).pop("_canon_restore_noop", False):  # the no-op pass's end
             return
         key = self._key(event.source)
-        self._open.pop(key, None)
-        self._runs.pop(key, None)
         outcome = getattr(outcome, "value", str(outcome))
         if key in self._cut:  # this adapter interrupted the run and no follow-up took it over
             self._cut.discard(key)
             outcome = "cancelled"
-        await call("turn.complete", {"event_ref": self._ref(event), "session_key": key,
-                                     "outcome": outcome, "queue_depth": self._depth(key)})
+        body = {"event_ref": self._ref(event), "session_key": key, "outcome": outcome,
+                "queue_depth": self._depth(key), "draining": self._gateway_stopping()}
+        # The turn stays open (and so in a `resync`) until its daemon answered: a daemon killed
+        # during the final's delivery is respawned, gets the turn and its kept answer back, and
+        # the completion is sent again; the final lands on the same operation-bound id.
+        turn = self._open.get(key)
+        try:
+            for attempt in (1, 2):
+                try:
+                    await call("turn.complete", body)
+                    return
+                except DaemonError as exc:
+                    if attempt == 2 or exc.code != DAEMON_EXITED or turn is None:
+                        raise
+        finally:
+            if self._open.get(key) is turn:
+                self._open.pop(key, None)
+            self._runs.pop(key, None)
+            self._answers.pop(key, None)
 
     def _dequeued(self, key, event):
         """The runner dequeued `event` to run next inside the same run (hermes-host.md §12.2): a
@@ -359,6 +422,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         interrupted, ref, summary = key in self._cut, self._ref(event), event_summary(event)
         self._cut.discard(key)
         self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
+        self._answers[key] = {"after": event.message_id}  # the follow-up's answer starts
         self._runs[key], started = ref, int(time.time() * 1000)
         d = SUPERVISOR.peek()
         if d is None:
@@ -367,8 +431,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         body = {"event_ref": ref, "session_key": key, "event": summary, "phase": "queue_dequeue",
                 "queue_depth": self._depth(key), "interrupted": interrupted,
                 "absorbed_refs": absorbed_refs(event)}
+        authority = getattr(event, "_canon_authority", None)
+        if authority:
+            body["reply_authority"] = authority
         d.request("turn.accepted", body).add_done_callback(_done(
-            "turn.accepted", lambda result: self._track(key, ref, summary, started, result)))
+            "turn.accepted", lambda result: self._track(key, ref, summary, started, result, authority)))
 
     # ----- daemon → gateway (frames arrive on the reader thread) -----
 
@@ -400,8 +467,18 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             if _repeated_inbound(body.get("event")):
                 return {"accepted": True}
             media = await asyncio.to_thread(_cache_media, body["event"].get("media") or [])
-            await self.handle_message(self._event(body["event"], body["event_ref"], *media))
+            event = self._event(body["event"], body["event_ref"], *media)
+            # Handed back in `turn.start`, `turn.accepted` and `resync` (hermes-host.md §19.6);
+            # a secret: never logged.
+            event._canon_authority = body.get("reply_authority")
+            await self.handle_message(event)
             _remember_inbound(body.get("event"))
+            # A message Hermes queued behind a running turn is not handled yet: a gateway stop
+            # discards its queue, so the daemon keeps the frame unsettled (replayed after the
+            # restart) until the message's turn starts.
+            key = self._key(event.source)
+            if self._waits_in_queue(key, event):
+                return {"accepted": True, "queued": True, "session_key": key}
             return {"accepted": True}
         if kind == "control.signal":
             await self._control(body)
