@@ -134,6 +134,8 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._init_busy()
         self._open = {}  # session_key → open turn, resent by `resync`
         self._answers = {}  # session_key → the run's kept answer (`_keep_answer`)
+        self._deferred = []  # dequeue boundaries waiting for a respawned daemon
+        self._before = {}  # session_key → (running turn, its answer, dequeue step) until the boundary
         self._runs = {}  # session_key → event_ref of the Canon turn Hermes is running
 
     def streaming_overflow_limit(self):
@@ -183,17 +185,33 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         """After a respawn (worker thread): reconnect, hand the open turns over, then send each
         turn's kept answer again (`_keep_answer`)."""
         self._attach(d, True)
-        open_turns = list(self._open.values())
-        turns = [dict(t) for t in open_turns]
+        # A session whose follow-up was dequeued but whose running turn the daemon had not
+        # closed yet hands over the running turn; the dequeue is sent again after its answer.
+        before = dict(self._before)
+        open_turns = {t["session_key"]: (t, self._answers.get(t["session_key"]))
+                      for t in self._open.values()}
+        for key, (running, answer, _step) in before.items():
+            open_turns[key] = (running, answer)
+        turns = [dict(t) for t, _ in open_turns.values()]
         depths = {t["session_key"]: self._depth(t["session_key"]) for t in turns}
         d.call("resync", {"adapter_connected": True, "open_turns": turns, "queue_depths": depths},
                TIMEOUTS["resync"])
-        for turn in open_turns:
-            answer = self._answers.get(turn["session_key"]) or {}
+        for _turn, answer in open_turns.values():
+            answer = answer or {}
             first, last = answer.get("first"), answer.get("last")
             for step in [first] + ([last] if last is not first else []):
                 if step:
                     d.call(step[0], step[1], TIMEOUTS[step[0]])
+        for key, (running, answer, step) in before.items():
+            self._open[key], self._answers[key] = running, dict(answer or {})
+            self._deferred.insert(0, step)
+        self._before = {}
+        deferred, self._deferred = self._deferred, []
+        for step in deferred:  # boundaries of follow-ups dequeued while the daemon was down
+            key, ref, summary, started, _body, authority, _message_id = step
+            self._boundary(step, lambda b: self._track(
+                key, ref, summary, started, d.call("turn.accepted", b, TIMEOUTS["turn.start"]),
+                authority))
         log.info("canon-hermes daemon respawned; resynced %d open turn(s)", len(turns))
 
     def _gateway_stopping(self):
@@ -260,6 +278,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
                                                                   meta.get("reply_to_message_id")):
                 return
             del answer["after"]
+            self._before.pop(key, None)  # the daemon closed the turn before the follow-up
         if kind == "adapter.send":
             answer.setdefault("first", (kind, body))
         answer["last"] = (kind, body)
@@ -414,6 +433,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
                 self._open.pop(key, None)
             self._runs.pop(key, None)
             self._answers.pop(key, None)
+            self._before.pop(key, None)
 
     def _dequeued(self, key, event):
         """The runner dequeued `event` to run next inside the same run (hermes-host.md §12.2): a
@@ -421,21 +441,35 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         `interrupted`: this adapter interrupted the running agent, whose turn is cancelled."""
         interrupted, ref, summary = key in self._cut, self._ref(event), event_summary(event)
         self._cut.discard(key)
-        self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
-        self._answers[key] = {"after": event.message_id}  # the follow-up's answer starts
         self._runs[key], started = ref, int(time.time() * 1000)
-        d = SUPERVISOR.peek()
-        if d is None:
-            log.warning("canon-hermes: daemon down; turn boundary for %s lost", key)
-            return
         body = {"event_ref": ref, "session_key": key, "event": summary, "phase": "queue_dequeue",
                 "queue_depth": self._depth(key), "interrupted": interrupted,
                 "absorbed_refs": absorbed_refs(event)}
         authority = getattr(event, "_canon_authority", None)
         if authority:
             body["reply_authority"] = authority
-        d.request("turn.accepted", body).add_done_callback(_done(
-            "turn.accepted", lambda result: self._track(key, ref, summary, started, result, authority)))
+        step = (key, ref, summary, started, body, authority, event.message_id)
+        d = SUPERVISOR.peek()
+        if d is None:
+            # The daemon is being respawned: the running turn stays open (the resync hands it
+            # over with its answer) and the boundary is sent right after (`_resync`).
+            log.info("canon-hermes: daemon down; turn boundary for %s sent after the respawn", key)
+            self._deferred.append(step)
+            return
+        self._boundary(step, lambda b: d.request("turn.accepted", b).add_done_callback(_done(
+            "turn.accepted", lambda result: self._track(key, ref, summary, started, result, authority))))
+
+    def _boundary(self, step, send):
+        """A dequeue's turn boundary: the follow-up's answer starts, then `send(body)`. The
+        daemon closes the running turn only at the follow-up's first send (Hermes still sends
+        the running answer's last edits after the dequeue), so until then that turn, its kept
+        answer and this step are what a respawned daemon must get back (`_resync`)."""
+        key, _ref, _summary, _started, body, _authority, message_id = step
+        running = self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
+        if running is not None:
+            self._before[key] = (running, self._answers.get(key), step)
+        self._answers[key] = {"after": message_id}  # the follow-up's answer starts
+        send(body)
 
     # ----- daemon → gateway (frames arrive on the reader thread) -----
 
