@@ -12,6 +12,7 @@
 //! | `consume.answered` | Canon answered the consume, the answer not recorded |
 //! | `wake.claimed` | the wake lease is on disk, the wake not handed to Hermes |
 //! | `wake.handed` | Hermes accepted the wake, the lease not finished |
+//! | `turn.complete` | the shim's `turn.complete` arrived, nothing of it handled |
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -25,6 +26,12 @@ pub(crate) fn arm(point: Option<&str>, canon_home: Option<&std::path::Path>) {
         _ => None,
     };
     let _ = ARMED.set(armed);
+}
+
+/// Whether `point` is the armed crash point (a cheap check before a costlier test of whether
+/// it was reached).
+pub(crate) fn armed(point: &str) -> bool {
+    matches!(ARMED.get(), Some(Some((armed, _))) if armed == point)
 }
 
 /// Kills the process when `point` is the armed one and has not fired in this Canon home yet.
