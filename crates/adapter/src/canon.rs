@@ -14,8 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use crate::config::{
-    DISPOSITION_RETRY_DELAYS, IDLE_LANES, MAX_DISPOSITION_RETRIES, MAX_LANE_WRITES,
-    NO_REPLY_RECORD_BUDGET,
+    CLOSING_PUBLISH_RETRY_DELAYS, DISPOSITION_RETRY_DELAYS, IDLE_LANES, MAX_DISPOSITION_RETRIES,
+    MAX_LANE_WRITES, NO_REPLY_RECORD_BUDGET,
 };
 use crate::Config;
 
@@ -196,7 +196,7 @@ fn write_conversation(effect: &Effect) -> &str {
         | Effect::PauseTyping { conversation_id }
         | Effect::ResumeTyping { conversation_id } => conversation_id,
         Effect::Deliver(delivery) => &delivery.conversation_id,
-        Effect::Reply { .. } => "",
+        Effect::Reply { .. } | Effect::TurnClosed { .. } => "",
     }
 }
 
@@ -222,6 +222,10 @@ async fn run_lane(
 /// Performs one best-effort write; a failure is logged.
 async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsize>) {
     let (what, result) = match &effect {
+        Effect::PublishTurn(update) if update.state.is_closing() => (
+            "closing runtime turn",
+            publish_closing(&client, update).await,
+        ),
         Effect::PublishTurn(update) => ("runtime turn", client.publish_turn(update).await),
         Effect::Streaming(update) => ("streaming", client.streaming(update).await),
         Effect::Typing(typing) => ("typing", client.set_typing(typing).await),
@@ -283,6 +287,46 @@ async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsi
     };
     if let Err(error) = result {
         tracing::warn!(what, %error, "best-effort Canon write failed");
+    }
+}
+
+/// Publishes a turn's closing state, trying again after each of
+/// [`CLOSING_PUBLISH_RETRY_DELAYS`] while the failure is transient. It runs
+/// inside its conversation's lane, so the next turn's first publish in that
+/// conversation still comes after it.
+async fn publish_closing(
+    client: &CanonClient,
+    update: &canon_wire::types::TurnUpdate,
+) -> Result<(), TransportError> {
+    let mut delays = CLOSING_PUBLISH_RETRY_DELAYS.iter();
+    loop {
+        let error = match client.publish_turn(update).await {
+            Ok(()) => return Ok(()),
+            Err(error) => error,
+        };
+        match delays.next() {
+            Some(delay) if transient(&error) => {
+                tracing::debug!(%error, "closing runtime turn publish failed; retrying");
+                tokio::time::sleep(*delay).await;
+            }
+            _ => return Err(error),
+        }
+    }
+}
+
+/// Whether a failed write may succeed when sent again: a 408, 425, 429 or
+/// 5xx answer, or a connection that failed or broke (turns.md §4.5).
+fn transient(error: &TransportError) -> bool {
+    use canon_wire::retry::FailureKind;
+    match error.kind() {
+        FailureKind::Http { status } => matches!(status, 408 | 425 | 429) || status >= 500,
+        FailureKind::Connect
+        | FailureKind::ConnectTimeout
+        | FailureKind::WriteFailed
+        | FailureKind::ReadTimeout
+        | FailureKind::Reset
+        | FailureKind::Protocol => true,
+        _ => false,
     }
 }
 

@@ -376,6 +376,9 @@ struct Verdict {
     duplicated_durable: Vec<String>,
     approvals_lost: Vec<String>,
     approvals_doubled: Vec<String>,
+    /// Canon turns that never published `completed` or `interrupted`: the agent would show
+    /// as working in that conversation forever.
+    unclosed: Vec<String>,
     table: String,
 }
 
@@ -387,6 +390,7 @@ impl Verdict {
             && self.duplicated_durable.is_empty()
             && self.approvals_lost.is_empty()
             && self.approvals_doubled.is_empty()
+            && self.unclosed.is_empty()
     }
 }
 
@@ -456,6 +460,15 @@ impl Run {
                     "turn {} in {}: {:?}",
                     f.turn_id, f.conversation, f.text
                 ));
+            }
+        }
+        for (turn, (conversation, states, _)) in &turns {
+            if !states
+                .iter()
+                .any(|st| st == "completed" || st == "interrupted")
+            {
+                v.unclosed
+                    .push(format!("turn {turn} in {conversation}: {states:?}"));
             }
         }
         let mut seen: BTreeMap<&(String, String, String), usize> = BTreeMap::new();
@@ -546,8 +559,11 @@ impl Run {
                 last_seen = (finals, records);
                 last_change = Instant::now();
             }
-            let done = covered >= humans.len() || last_change.elapsed() >= QUIET;
-            if (all_closed && done) || started.elapsed() >= deadline {
+            // Every message answered and every turn closed, or nothing moved for QUIET: a
+            // turn that never closes is counted by the judge, not waited for.
+            let quiet = last_change.elapsed() >= QUIET;
+            let done = (covered >= humans.len() && all_closed) || quiet;
+            if done || started.elapsed() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -824,7 +840,7 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
          faults: {}; {} stream connections; {} daemon kills, {} gateway restarts, {} messages \
          sent while the gateway was down, {} approvals answered; lost {}, answered twice {}, \
          merged finals {}, duplicated durable messages {}, lost approvals {}, doubled \
-         approvals {}",
+         approvals {}, unclosed turns {}",
         size.seed,
         humans.len(),
         plan.lanes.len(),
@@ -842,18 +858,20 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
         verdict.duplicated_durable.len(),
         verdict.approvals_lost.len(),
         verdict.approvals_doubled.len(),
+        verdict.unclosed.len(),
     );
     eprintln!("{figures}");
     assert!(
         verdict.clean(),
         "{figures}\nlost: {:?}\nanswered twice: {:?}\nmerged: {:?}\nduplicated durable: {:?}\n\
-         approvals lost: {:?}\napprovals doubled: {:?}\nper message:\n{}\n{}",
+         approvals lost: {:?}\napprovals doubled: {:?}\nunclosed turns: {:?}\nper message:\n{}\n{}",
         verdict.lost,
         verdict.answered_twice,
         verdict.merged,
         verdict.duplicated_durable,
         verdict.approvals_lost,
         verdict.approvals_doubled,
+        verdict.unclosed,
         verdict.table,
         gateway.log_tail()
     );

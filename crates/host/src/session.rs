@@ -632,6 +632,21 @@ impl Session {
                         chat_id: conversation_id,
                     })))
                 }
+                Effect::TurnClosed {
+                    session_key,
+                    turn_id,
+                } => {
+                    // A reply line, so it is written only once the closing
+                    // publish the same input queued before it is done.
+                    let note = DaemonNotification::TurnClosed(protocol::TurnClosed {
+                        session_key,
+                        turn_id,
+                    });
+                    out.push(SessionEffect::Reply(protocol::encode_notification(
+                        note.type_name(),
+                        note.to_body(),
+                    )));
+                }
                 other => out.push(SessionEffect::Canon(other)),
             }
         }
@@ -800,6 +815,7 @@ impl Session {
                     Input::QueueDequeued {
                         start,
                         interrupted: accepted.interrupted,
+                        turn_id: accepted.turn_id,
                     },
                     now_ms,
                 ));
@@ -842,10 +858,12 @@ impl Session {
                 self.resync_sessions(&resync.open_turns);
                 self.inbox_resynced(resync.open_turns.iter().map(|t| t.session_key.as_str()));
                 let open_turns = requests::resync_turns(resync.open_turns);
+                let delivered_turns = requests::resync_turns(resync.delivered_turns);
                 self.feed(
                     Input::Resync {
                         request,
                         open_turns,
+                        delivered_turns,
                     },
                     now_ms,
                 )

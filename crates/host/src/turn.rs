@@ -319,6 +319,10 @@ struct Ledger {
 struct Closing {
     state: TurnState,
     request: Option<RequestId>,
+    /// The session the turn ran in, for [`Effect::TurnClosed`].
+    session_key: String,
+    /// [`Effect::TurnClosed`] went out already (at the final's delivery).
+    reported: bool,
     awaiting: Option<OpId>,
     handoff_at: Option<u64>,
 }
@@ -490,9 +494,11 @@ impl TurnMachine {
         let mut out = Vec::new();
         match input {
             Input::ProcessingStart(start) => self.on_start(start, now_ms, &mut out),
-            Input::QueueDequeued { start, interrupted } => {
-                self.on_dequeue(start, interrupted, now_ms, &mut out)
-            }
+            Input::QueueDequeued {
+                start,
+                interrupted,
+                turn_id,
+            } => self.on_dequeue(start, interrupted, turn_id, now_ms, &mut out),
             Input::ProcessingComplete {
                 request,
                 session_key,
@@ -569,8 +575,10 @@ impl TurnMachine {
             Input::Resync {
                 request,
                 open_turns,
+                delivered_turns,
             } => {
                 self.on_resync(open_turns);
+                self.close_delivered(delivered_turns, now_ms, &mut out);
                 out.push(reply(request, HostReply::Done));
             }
             Input::Timeout => self.on_timeout(now_ms, &mut out),
@@ -672,12 +680,15 @@ impl TurnMachine {
         &mut self,
         start: ProcessingStart,
         interrupted: bool,
+        turn_id: Option<String>,
         now: u64,
         out: &mut Vec<Effect>,
     ) {
         // An earlier follow-up still waiting takes its boundary first.
         self.boundary(&start.session_key, now, out);
-        let id = turn_id_from_random(start.random);
+        let id = turn_id
+            .filter(|id| is_turn_id(id))
+            .unwrap_or_else(|| turn_id_from_random(start.random));
         let request = start.request;
         match self
             .sessions
@@ -841,6 +852,8 @@ impl TurnMachine {
         let mut closing = Closing {
             state: TurnState::Completed,
             request,
+            session_key: session_key.to_owned(),
+            reported: false,
             awaiting: None,
             handoff_at: None,
         };
@@ -1438,6 +1451,16 @@ impl TurnMachine {
                     if let Some(closing) = turn.closing.as_mut() {
                         closing.awaiting = None;
                         closing.handoff_at = Some(now.saturating_add(FINAL_HANDOFF_MS));
+                        // The answer is stored: a turn a boundary closed is reported
+                        // now, not after the handoff wait, so a daemon killed during
+                        // that wait is not handed the turn again.
+                        if closing.request.is_none() {
+                            closing.reported = true;
+                            out.push(Effect::TurnClosed {
+                                session_key: closing.session_key.clone(),
+                                turn_id: turn.id.clone(),
+                            });
+                        }
                     }
                     self.closing.push(turn);
                 }
@@ -1704,6 +1727,41 @@ impl TurnMachine {
             turn.trigger_message_id = resync.message_id;
             turn.reply_authority = resync.reply_authority;
             self.sessions.insert(resync.session_key, turn);
+        }
+    }
+
+    /// Publishes `completed` for turns whose final the previous daemon
+    /// stored but which it may have died before closing (it waits out the
+    /// 750 ms handoff first). The publish names the delivered turn's own id,
+    /// so a follow-up open in the same conversation keeps its state (its
+    /// next write republishes it). A turn the shim also handed over as open
+    /// is skipped. No clear is sent: the conversation's live node belongs to
+    /// whichever turn writes it next.
+    fn close_delivered(&mut self, delivered: Vec<ResyncTurn>, now: u64, out: &mut Vec<Effect>) {
+        let config = self.config;
+        for resync in delivered {
+            if resync.turn_id.is_empty()
+                || self
+                    .sessions
+                    .get(&resync.session_key)
+                    .is_some_and(|t| t.id == resync.turn_id)
+            {
+                continue;
+            }
+            let verbosity = resolve_turn_verbosity(config.verbosity, resync.conversation_type);
+            let turn = Turn::new(
+                &resync.turn_id,
+                &resync.conversation_id,
+                resync.started_at_ms,
+                true,
+                verbosity,
+            );
+            out.push(Effect::PublishTurn(turn.body(
+                TurnState::Completed,
+                None,
+                config,
+                now,
+            )));
         }
     }
 
@@ -2206,8 +2264,16 @@ fn finish_close(mut turn: Turn, config: TurnConfig, now: u64, out: &mut Vec<Effe
     out.push(Effect::ResumeTyping {
         conversation_id: turn.conversation_id.clone(),
     });
-    if let Some(request) = closing.request {
-        out.push(reply(request, HostReply::Done));
+    match closing.request {
+        Some(request) => out.push(reply(request, HostReply::Done)),
+        // Closed at a dequeue boundary, with no request waiting: the shim
+        // holds the turn and its answer until it hears the close happened
+        // (when it had a final, at that final's delivery).
+        None if closing.reported => {}
+        None => out.push(Effect::TurnClosed {
+            session_key: closing.session_key,
+            turn_id: turn.id.clone(),
+        }),
     }
 }
 
@@ -2224,6 +2290,17 @@ pub fn standalone_target(send: &StandaloneSend) -> Option<&str> {
     .flatten()
     .map(str::trim)
     .find(|t| !t.is_empty())
+}
+
+/// Whether `id` has the shape of a lifecycle turn id this daemon allocates
+/// (`hermes-` and 20 lowercase hex digits, as [`turn_id_from_random`]
+/// makes): a handed-back id of any other shape is not reused.
+fn is_turn_id(id: &str) -> bool {
+    id.strip_prefix(canon_chunking::ids::TURN_ID_PREFIX)
+        .is_some_and(|hex| {
+            hex.len() == canon_chunking::ids::TURN_ID_HEX_CHARS
+                && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
 }
 
 /// Pushes turn `turn_id`'s clear of `conversation`'s live node;

@@ -2,7 +2,8 @@
 //! shim of `shim_support.rs` (hermes-host.md §19): an inbound wake, a streamed turn that
 //! ends in exactly one `turn_complete`, a 20 KB answer in ordered parts, `no_reply` and its
 //! lifting by `turn.steered`, `turn.accepted` answering the follow-up's turn id, typing and tool
-//! hooks, a failed disposition release retried behind later writes, and typing coalescing.
+//! hooks, a failed disposition release retried behind later writes, a refused closing publish
+//! sent again, and typing coalescing.
 
 use canon_sim::control::Injection;
 use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
@@ -340,6 +341,48 @@ async fn failed_disposition_release_is_retried_behind_later_writes() {
     });
     assert!(released, "Canon holds the message as accepted_now");
     complete_turn(&mut shim, &event_ref).await;
+    assert_eq!(shim.close().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_closing_publish_is_sent_again_until_canon_takes_it() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let (event_ref, turn_id) = open_turn(&mut shim, &sim, "close me").await;
+    stage_final(&mut shim, &turn_id, "Closed properly.").await;
+    // The next two publishes are refused: the next one is the closing `completed` (the
+    // rule counts the requests it sees from now on).
+    let mut fault = status_fault("POST", "/runtime/turn", 503);
+    fault.matcher.nth = Some(vec![1, 2]);
+    sim.add_fault(fault).expect("fault installed");
+    complete_turn(&mut shim, &event_ref).await;
+
+    let closing: Vec<(u16, Value)> = sim
+        .journal(0, Some("/runtime/turn"))
+        .iter()
+        .filter(|e| e.body["turnId"] == turn_id.as_str() && e.body["state"] == "completed")
+        .map(|e| (e.status, e.body["state"].clone()))
+        .collect();
+    assert_eq!(
+        closing
+            .iter()
+            .map(|(status, _)| *status)
+            .collect::<Vec<_>>(),
+        vec![503, 503, 200],
+        "two refusals, then Canon takes the closing state"
+    );
+    let last = sim.read_state(|s| {
+        s.turn_history
+            .iter()
+            .rfind(|t| t["turnId"] == turn_id.as_str())
+            .map(|t| t["state"].clone())
+    });
+    assert_eq!(last, Some(json!("completed")));
+    assert_eq!(
+        agent_messages(&sim),
+        vec![("Closed properly.".to_owned(), "turn_complete".to_owned())]
+    );
     assert_eq!(shim.close().await, Some(0));
 }
 

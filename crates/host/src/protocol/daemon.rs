@@ -242,6 +242,18 @@ pub struct ToolAvailability {
     pub available: bool,
 }
 
+/// `turn.closed`: a turn that a dequeue boundary closed (no `turn.complete` waits for it) has
+/// delivered its final (or, with none, published its closing state). Until then the shim keeps that turn
+/// and its answer to hand them to a respawned daemon (hermes-host.md §19.10). Additive in
+/// protocol 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnClosed {
+    /// The session the turn ran in.
+    pub session_key: String,
+    /// The closed turn.
+    pub turn_id: String,
+}
+
 messages! {
     /// A request from the daemon.
     DaemonRequest {
@@ -287,5 +299,7 @@ messages! {
         "adapter.status" => AdapterStatus(AdapterStatus),
         /// A tool's availability changed (additive).
         "tool.availability" => ToolAvailability(ToolAvailability),
+        /// A boundary-closed turn finished closing (additive).
+        "turn.closed" => TurnClosed(TurnClosed),
     }
 }

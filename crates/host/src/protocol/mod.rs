@@ -82,7 +82,10 @@
 //! `typing.pause`, `typing.resume`, `adapter.fatal`, `adapter.status`,
 //! `tool.availability` (`{name, available}`, additive: sent when the
 //! daemon's verdict on a tool changes, so the shim's `check_fn` answers
-//! from the latest one without a round trip; runtime-control.md §5.1).
+//! from the latest one without a round trip; runtime-control.md §5.1),
+//! `turn.closed` (`{session_key, turn_id}`, additive: a turn a dequeue
+//! boundary closed delivered its final, or with none published its closing
+//! state; hermes-host.md §19.10).
 //!
 //! # Handshake and versioning
 //!

@@ -364,6 +364,10 @@ pub struct TurnAccepted {
     /// As in [`TurnStart`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_authority: Option<serde_json::Value>,
+    /// The turn id a daemon before a respawn answered for this dequeue, when the shim sends it
+    /// again after the `resync`: the follow-up keeps it. Additive (hermes-host.md §19.10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
 }
 
 /// Hermes' `ProcessingOutcome` (hermes-host.md §8.8).
@@ -508,6 +512,12 @@ pub struct Resync {
     /// Queue depth per session key.
     #[serde(default)]
     pub queue_depths: BTreeMap<String, u32>,
+    /// Turns a dequeue boundary closed whose final the previous daemon stored (`turn.closed`
+    /// arrived) while the run they belong to goes on: that daemon may have died before it
+    /// published their closing state, so the new one publishes `completed` for each. Additive
+    /// (hermes-host.md §19.10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delivered_turns: Vec<OpenTurn>,
 }
 
 /// `shutdown`.

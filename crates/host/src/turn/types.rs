@@ -224,6 +224,16 @@ pub enum Effect {
         /// Whether a non-blank reason was given (sent as `"given"`).
         reason_given: bool,
     },
+    /// A turn closed with no host request waiting for it (a dequeue
+    /// boundary closed it): its final was delivered, or it had none and its
+    /// closing state was published. The shim keeps such a turn and its answer,
+    /// to hand them to a respawned daemon, until it learns this.
+    TurnClosed {
+        /// The session the turn ran in.
+        session_key: String,
+        /// The closed turn.
+        turn_id: String,
+    },
     /// Answer a host request.
     Reply {
         /// The request.
@@ -503,6 +513,11 @@ pub enum Input {
         /// This adapter interrupted the running agent for the follow-up:
         /// the previous turn closes as cancelled.
         interrupted: bool,
+        /// The id a daemon before a respawn already answered for this
+        /// follow-up (the shim sends the dequeue again after the resync), kept
+        /// so the turn Canon may already show goes on under its own id
+        /// instead of staying open forever beside a new one.
+        turn_id: Option<String>,
     },
     /// `turn.complete`: processing completed, cancelled or failed (turns.md §7.3 E12–E14).
     ProcessingComplete {
@@ -587,6 +602,9 @@ pub enum Input {
         request: RequestId,
         /// The turns the shim still holds open.
         open_turns: Vec<ResyncTurn>,
+        /// Turns whose final the previous daemon stored but whose closing
+        /// state it may not have published: each gets its `completed`.
+        delivered_turns: Vec<ResyncTurn>,
     },
     /// A deadline from [`crate::turn::TurnMachine::next_deadline`] passed
     /// (spurious timeouts are harmless).

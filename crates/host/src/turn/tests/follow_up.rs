@@ -10,7 +10,11 @@ use super::support::*;
 use crate::turn::*;
 
 fn dequeue(start: ProcessingStart, interrupted: bool) -> Input {
-    Input::QueueDequeued { start, interrupted }
+    Input::QueueDequeued {
+        start,
+        interrupted,
+        turn_id: None,
+    }
 }
 
 /// The follow-up `m<n>` of [`S1`], dequeued with turn `T<n>`, queue depth 2.
@@ -95,14 +99,13 @@ fn dequeue_boundary_waits_for_the_follow_ups_first_send() {
             "turn streaming T2 q=2",
             "reply r6 preview T2",
         ]),
-        (7, delivered(1), &[]),
+        // Stored: the shim hears the boundary-closed turn is done with now,
+        // not after the handoff wait.
+        (7, delivered(1), &["turn.closed T1 (conv-1)"]),
         // The follow-up already writes the live node: the first turn's handoff
         // clear would wipe it (and the server would salvage the follow-up's
         // answer into a second bubble).
-        (757, Input::Timeout, &[
-            "turn completed T1 q=2",
-            "typing.resume conv-1",
-        ]),
+        (757, Input::Timeout, &["turn completed T1 q=2", "typing.resume conv-1"]),
         (758, edit(7, "Answer two", true), &[
             "stream set T2 text=\"Answer two\" blocks=[text:T2:1:completed]",
             "turn streaming T2 q=2",
@@ -141,6 +144,7 @@ fn dequeue_boundary_at_a_send_replying_in_metadata() {
                 "stream clear conv-1",
                 "turn completed T1 q=2",
                 "typing.resume conv-1",
+                "turn.closed T1 (conv-1)",
                 "ack conv-1 m2",
                 "read conv-1",
                 "turn thinking T2 q=2 active=m2",
@@ -201,6 +205,7 @@ fn dequeue_boundary_at_a_hook() {
                 "stream clear conv-1",
                 "turn completed T1 q=2",
                 "typing.resume conv-1",
+                "turn.closed T1 (conv-1)",
                 "ack conv-1 m2",
                 "read conv-1",
                 "turn thinking T2 q=2 active=m2",
@@ -231,6 +236,7 @@ fn dequeue_boundary_at_the_next_dequeue_and_at_complete() {
                 "stream clear conv-1",
                 "turn completed T1 q=2",
                 "typing.resume conv-1",
+                "turn.closed T1 (conv-1)",
                 "ack conv-1 m2",
                 "read conv-1",
                 "turn thinking T2 q=2 active=m2",
@@ -244,6 +250,7 @@ fn dequeue_boundary_at_the_next_dequeue_and_at_complete() {
                 "stream clear conv-1",
                 "turn completed T2 q=2",
                 "typing.resume conv-1",
+                "turn.closed T2 (conv-1)",
                 "ack conv-1 m3",
                 "read conv-1",
                 "turn thinking T3 q=2 active=m3",
@@ -276,6 +283,7 @@ fn interrupted_dequeue_closes_the_previous_turn_as_cancelled() {
             "stream clear conv-1",
             "turn interrupted T1 q=2",
             "typing.resume conv-1",
+            "turn.closed T1 (conv-1)",
             "ack conv-1 m2",
             "read conv-1",
             "turn thinking T2 q=2 active=m2",
@@ -309,4 +317,26 @@ fn dequeue_without_a_running_turn_opens_at_once() {
             "reply r1 started T2",
         ],
     )]);
+}
+
+/// hermes-host.md §19.10: a dequeue sent again after a daemon respawn carries
+/// the id the daemon before answered; the follow-up keeps it (Canon may show
+/// that turn already), and an id of another shape is not taken.
+#[test]
+fn a_dequeue_sent_again_after_a_respawn_keeps_its_turn_id() {
+    let again = |request: u64, id: &str| Input::QueueDequeued {
+        start: follow_up(request, "m2", 2),
+        interrupted: false,
+        turn_id: Some(id.to_owned()),
+    };
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    let kept = machine.handle(again(1, "hermes-0123456789abcdef0123"), 1);
+    assert!(kept.iter().any(|e| matches!(e, Effect::PublishTurn(p)
+        if p.turn_id.as_deref() == Some("hermes-0123456789abcdef0123"))));
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    let refused = machine.handle(again(1, "hermes-NOT-OURS"), 1);
+    assert!(refused.iter().all(|e| !matches!(e, Effect::PublishTurn(p)
+        if p.turn_id.as_deref() == Some("hermes-NOT-OURS"))));
+    assert!(refused.iter().any(|e| matches!(e, Effect::PublishTurn(p)
+        if p.turn_id.as_deref() == Some(turn_id(2).as_str()))));
 }

@@ -243,6 +243,7 @@ fn resynced_turn_keeps_its_id() {
             conversation_type: ConversationType::Direct,
             reply_authority: None,
         }],
+        delivered_turns: Vec::new(),
     };
     check(vec![
         (10, resync, &["reply r1 done"]),
@@ -335,4 +336,39 @@ fn loose_turns_are_bounded() {
     }
     assert_eq!(machine.sessions.len(), MAX_SESSIONS);
     assert!(!machine.sessions.contains_key("session-0"));
+}
+
+/// hermes-host.md §19.10 (`delivered_turns`): a turn a dequeue boundary
+/// closed, whose final the killed daemon stored (the shim heard
+/// `turn.closed`), may never have had its closing state published; the
+/// new daemon publishes `completed` under its id beside the follow-up it
+/// resumes, and sends nothing else for it.
+#[test]
+fn a_delivered_turn_handed_over_in_a_resync_is_published_completed() {
+    let turn = |id: &str, message: &str| ResyncTurn {
+        session_key: S1.to_owned(),
+        conversation_id: C1.to_owned(),
+        turn_id: id.to_owned(),
+        message_id: Some(message.to_owned()),
+        started_at_ms: 5,
+        conversation_type: ConversationType::Direct,
+        reply_authority: None,
+    };
+    let resync = Input::Resync {
+        request: RequestId(1),
+        open_turns: vec![turn("hermes-bbbbbbbbbbbbbbbbbbbb", "m2")],
+        delivered_turns: vec![
+            turn("hermes-aaaaaaaaaaaaaaaaaaaa", "m1"),
+            // The same turn handed over as open too: it is resumed, not closed.
+            turn("hermes-bbbbbbbbbbbbbbbbbbbb", "m2"),
+        ],
+    };
+    check(vec![(
+        10,
+        resync,
+        &[
+            "turn completed hermes-aaaaaaaaaaaaaaaaaaaa q=0",
+            "reply r1 done",
+        ],
+    )]);
 }

@@ -131,6 +131,7 @@ fn to_input(op: &Op, request: u64, ops: &[OpId], now: u64) -> Input {
                 _ => Input::QueueDequeued {
                     start,
                     interrupted: n % 2 == 0,
+                    turn_id: None,
                 },
             }
         }

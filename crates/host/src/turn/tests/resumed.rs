@@ -26,6 +26,7 @@ fn resync(request: u64) -> Input {
             conversation_type: ConversationType::Direct,
             reply_authority: None,
         }],
+        delivered_turns: Vec::new(),
     }
 }
 

@@ -125,6 +125,13 @@ pub(super) fn describe(effect: &Effect) -> String {
             message_id,
         } => format!("ack {conversation_id} {message_id}"),
         Effect::MarkRead { conversation_id } => format!("read {conversation_id}"),
+        Effect::TurnClosed {
+            session_key,
+            turn_id,
+        } => format!(
+            "turn.closed {turn_id} ({})",
+            session_key.rsplit(':').next().unwrap_or_default()
+        ),
         Effect::Deliver(d) => {
             let parts: Vec<String> = d
                 .parts

@@ -136,6 +136,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._answers = {}  # session_key → the run's kept answer (`_keep_answer`)
         self._deferred = []  # dequeue boundaries waiting for a respawned daemon
         self._before = {}  # session_key → (running turn, its answer, dequeue step) until the boundary
+        self._delivered = {}  # session_key → boundary-closed turns whose final Canon stored, this run
         self._runs = {}  # session_key → event_ref of the Canon turn Hermes is running
 
     def streaming_overflow_limit(self):
@@ -194,15 +195,27 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             open_turns[key] = (running, answer)
         turns = [dict(t) for t, _ in open_turns.values()]
         depths = {t["session_key"]: self._depth(t["session_key"]) for t in turns}
-        d.call("resync", {"adapter_connected": True, "open_turns": turns, "queue_depths": depths},
-               TIMEOUTS["resync"])
+        delivered = [dict(t) for ts in self._delivered.values() for t in ts]
+        d.call("resync", {"adapter_connected": True, "open_turns": turns, "queue_depths": depths,
+                          "delivered_turns": delivered}, TIMEOUTS["resync"])
         for _turn, answer in open_turns.values():
             answer = answer or {}
             first, last = answer.get("first"), answer.get("last")
             for step in [first] + ([last] if last is not first else []):
                 if step:
                     d.call(step[0], step[1], TIMEOUTS[step[0]])
+        # A follow-up whose answer had started (its first send replied to its message) sends
+        # that answer again after its boundary, so the respawned daemon closes the running
+        # turn there and gives the follow-up's text to the follow-up's turn.
+        started_answers = {}
         for key, (running, answer, step) in before.items():
+            follow = self._answers.get(key) or {}
+            if "after" not in follow and follow.get("first"):
+                started_answers[key] = follow
+            # The follow-up keeps the turn id the old daemon answered (Canon may show it).
+            answered = (self._open.get(key) or {}).get("turn_id")
+            if answered:
+                step = step[:4] + (dict(step[4], turn_id=answered),) + step[5:]
             self._open[key], self._answers[key] = running, dict(answer or {})
             self._deferred.insert(0, step)
         self._before = {}
@@ -212,6 +225,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             self._boundary(step, lambda b: self._track(
                 key, ref, summary, started, d.call("turn.accepted", b, TIMEOUTS["turn.start"]),
                 authority))
+            follow = started_answers.pop(key, None) or {}
+            first, last = follow.get("first"), follow.get("last")
+            for kept in [first] + ([last] if last is not first else []):
+                if kept:
+                    self._keep_answer(kept[0], kept[1], d.call(kept[0], kept[1], TIMEOUTS[kept[0]]))
         log.info("canon-hermes daemon respawned; resynced %d open turn(s)", len(turns))
 
     def _gateway_stopping(self):
@@ -272,13 +290,24 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         answer = self._answers.setdefault(key, {})
         if "after" in answer:
             # A dequeued follow-up's answer starts with a send replying to its message; until
-            # then the sends and edits are the previous turn's last ones.
+            # then the sends and edits are the running turn's last ones (Hermes' stream
+            # consumer finalizes that answer after the dequeue), kept with the running turn.
             meta = body.get("metadata") or {}
             if kind != "adapter.send" or answer["after"] not in (body.get("reply_to"),
                                                                   meta.get("reply_to_message_id")):
+                before = self._before.get(key)
+                if before is not None:
+                    running, kept, step = before
+                    kept = dict(kept or {})
+                    if kind == "adapter.send":
+                        kept.setdefault("first", (kind, body))
+                    kept["last"] = (kind, body)
+                    self._before[key] = (running, kept, step)
                 return
+            # The daemon closes the running turn now, but its final may still be on its way
+            # to Canon: the running turn stays in `_before` until `turn.closed` says it got
+            # there (or the run completes).
             del answer["after"]
-            self._before.pop(key, None)  # the daemon closed the turn before the follow-up
         if kind == "adapter.send":
             answer.setdefault("first", (kind, body))
         answer["last"] = (kind, body)
@@ -395,8 +424,18 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         authority = getattr(event, "_canon_authority", None)
         if authority:
             body["reply_authority"] = authority
-        body = await call("turn.start", body)
-        self._track(key, ref, summary, started, body, authority)
+        # A daemon that died during `turn.start` is respawned; the new one opens the turn (the
+        # event's summary and reply authority travel in the body). Without the second attempt
+        # Hermes would run the turn with no Canon turn open, and its answer would reply to
+        # nothing.
+        for attempt in (1, 2):
+            try:
+                answered = await call("turn.start", body)
+                break
+            except DaemonError as exc:
+                if attempt == 2 or exc.code != DAEMON_EXITED:
+                    raise
+        self._track(key, ref, summary, started, answered, authority)
 
     def _waits_in_queue(self, key, event):
         """Whether `event` waits in the session's queue: the head slot, the overflow, or merged
@@ -434,6 +473,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             self._runs.pop(key, None)
             self._answers.pop(key, None)
             self._before.pop(key, None)
+            self._delivered.pop(key, None)
 
     def _dequeued(self, key, event):
         """The runner dequeued `event` to run next inside the same run (hermes-host.md §12.2): a
@@ -535,6 +575,15 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             await self._notify_fatal_error()
         elif kind == "adapter.status":
             (self._mark_connected if body.get("connected") else self._mark_disconnected)()
+        elif kind == "turn.closed":  # a dequeue boundary's running turn reached Canon
+            key = body.get("session_key")
+            before = self._before.get(key)
+            if before is not None and before[0].get("turn_id") == body.get("turn_id"):
+                del self._before[key]
+                # Its closing state comes 750 ms later; a respawned daemon publishes it.
+                kept = self._delivered.setdefault(key, [])
+                kept.append(before[0])
+                del kept[:-16]  # a long run's older turns were published long ago
         return None
 
     async def _control(self, body):
