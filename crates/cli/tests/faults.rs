@@ -21,12 +21,16 @@
 //! - **lost approvals**: approval requests that never reached Canon, and answered approvals
 //!   whose decision never woke the agent; **doubled approvals**: decisions that woke it twice.
 //!
-//! It is not part of `cargo test` yet (`test = false` in `Cargo.toml`): it still reports lost
-//! messages around daemon kills and gateway restarts, and CI runs only what passes. The
-//! default is the short run (`cargo test -p canon-hermes --test faults -- --nocapture`); a
-//! longer one:
+//! - **unclosed turns**: Canon turns that never got a closing state (`completed` or
+//!   `interrupted`): the agent would show as working there until Canon reads the turn stale.
+//!
+//! It is not part of `cargo test` or CI yet (`test = false` in `Cargo.toml`): with daemon
+//! kills only it reports 0 on most seeds but not all, and with gateway restarts it still
+//! reports lost messages (issue 16). The default is the short run with one restart
+//! (`cargo test -p canon-hermes --test faults -- --nocapture`; `CANON_FAULTS_RESTARTS=0` for
+//! kills only); a longer one:
 //! `CANON_FAULTS_MESSAGES=400 CANON_FAULTS_CONVERSATIONS=8 CANON_FAULTS_APPROVALS=4
-//! CANON_FAULTS_KILLS=15 CANON_FAULTS_RESTARTS=6 CANON_FAULTS_SEED=7
+//! CANON_FAULTS_KILLS=4 CANON_FAULTS_RESTARTS=3 CANON_FAULTS_SEED=7
 //! cargo test -p canon-hermes --test faults -- --nocapture` (README "Fault harness").
 //! `CANON_TEST_KEEP_LOGS=<dir>` keeps the gateway logs, the simulator's journal and its
 //! messages and turn records under `<dir>/faults/`.
@@ -58,6 +62,10 @@ const WORD_DELAY_MS: u64 = 80;
 /// How long nothing may change (no new final, no new turn record) before the harness stops
 /// waiting for finals that do not come.
 const QUIET: Duration = Duration::from_secs(40);
+/// The shim's crash-loop guard: this many daemon exits within [`CRASH_WINDOW`] and it stops
+/// respawning (`CRASH_LIMIT, CRASH_WINDOW` in the shim's `_daemon.py`).
+const CRASH_LIMIT: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(300);
 /// How long to keep watching for doubles after every message was answered.
 const SETTLE: Duration = Duration::from_secs(5);
 /// The answer of a wake turn (an approval's decision coming back).
@@ -217,6 +225,22 @@ fn plan(size: Size) -> Plan {
         .map(|c| (Duration::from_millis(rng.between(span_ms / 20, span_ms)), c))
         .collect();
     chaos.sort_by_key(|(at, _)| *at);
+    // The shim stops respawning after 5 daemon exits within 300 s (a crash loop, reported to
+    // Hermes as a fatal adapter error; `CRASH_LIMIT` in the shim's `_daemon.py`): a plan with
+    // more kills than that would measure the crash-loop guard, not recovery.
+    let kills: Vec<Duration> = chaos
+        .iter()
+        .filter(|(_, c)| matches!(c, Chaos::KillDaemon))
+        .map(|(at, _)| *at)
+        .collect();
+    for window in kills.windows(CRASH_LIMIT) {
+        assert!(
+            window[CRASH_LIMIT - 1] - window[0] >= CRASH_WINDOW,
+            "{CRASH_LIMIT} daemon kills within {} s trip the shim's crash-loop guard: use fewer \
+             kills (CANON_FAULTS_KILLS) or more messages",
+            CRASH_WINDOW.as_secs()
+        );
+    }
     let approval_delays = (0..size.approvals)
         .map(|_| Duration::from_millis(rng.between(500, 8000)))
         .collect();
@@ -379,6 +403,8 @@ struct Verdict {
     /// Canon turns that never published `completed` or `interrupted`: the agent would show
     /// as working in that conversation forever.
     unclosed: Vec<String>,
+    /// Approval tool calls that failed to the model (not counted as lost).
+    approval_calls_failed: usize,
     table: String,
 }
 
@@ -486,7 +512,14 @@ impl Run {
                 .filter(|i| i.kind == "approval")
                 .count()
         });
-        let requested = humans.iter().filter(|h| h.approval).count();
+        // A tool call the daemon died during returns an error to the model (which is then
+        // told the approval was not asked); that is not a silent loss, so it is counted apart.
+        let refused = humans
+            .iter()
+            .filter(|h| h.approval && self.tool_call_failed(&format!("call-{}", h.label)))
+            .count();
+        v.approval_calls_failed = refused;
+        let requested = humans.iter().filter(|h| h.approval).count() - refused;
         if asked < requested {
             v.approvals_lost.push(format!(
                 "{} of {requested} approval requests never reached Canon",
@@ -506,6 +539,20 @@ impl Run {
             }
         }
         v
+    }
+
+    /// Whether the model was told that its tool call `call_id` failed (the shim answers
+    /// `{"error": …, "success": false}` when the daemon died during the call).
+    fn tool_call_failed(&self, call_id: &str) -> bool {
+        self.model.requests().iter().any(|r| {
+            r["messages"].as_array().into_iter().flatten().any(|m| {
+                m["role"] == "tool"
+                    && m["tool_call_id"] == call_id
+                    && m["content"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("\"success\": false"))
+            })
+        })
     }
 
     /// The model requests whose last message is the wake of approval `id`: the wake turns
@@ -840,7 +887,7 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
          faults: {}; {} stream connections; {} daemon kills, {} gateway restarts, {} messages \
          sent while the gateway was down, {} approvals answered; lost {}, answered twice {}, \
          merged finals {}, duplicated durable messages {}, lost approvals {}, doubled \
-         approvals {}, unclosed turns {}",
+         approvals {}, unclosed turns {} (approval tool calls that failed to the model: {})",
         size.seed,
         humans.len(),
         plan.lanes.len(),
@@ -859,6 +906,7 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
         verdict.approvals_lost.len(),
         verdict.approvals_doubled.len(),
         verdict.unclosed.len(),
+        verdict.approval_calls_failed,
     );
     eprintln!("{figures}");
     assert!(

@@ -231,6 +231,7 @@ pub fn resync_turns(open_turns: Vec<OpenTurn>) -> Vec<ResyncTurn> {
             turn_id: t.turn_id,
             message_id: t.event.message_id,
             started_at_ms: t.started_at_ms,
+            durable_sent: t.durable_sent,
         })
         .collect()
 }
@@ -508,6 +509,7 @@ mod tests {
             },
             started_at_ms: 1,
             reply_authority: Some(foreign),
+            durable_sent: false,
         }]);
         assert_eq!(other[0].reply_authority, None);
         let turns = resync_turns(vec![OpenTurn {
@@ -522,6 +524,7 @@ mod tests {
             },
             started_at_ms: 42,
             reply_authority: Some(authority.clone()),
+            durable_sent: false,
         }]);
         assert_eq!(
             turns,
@@ -533,6 +536,7 @@ mod tests {
                 started_at_ms: 42,
                 conversation_type: ConversationType::Group,
                 reply_authority: canon_wire::authority::ReplyAuthority::accept(&authority, "m1"),
+                durable_sent: false,
             }]
         );
     }

@@ -334,6 +334,9 @@ struct Turn {
     opened_at: u64,
     lifecycle: bool,
     resumed: bool,
+    /// Resumed, and the shim saw a durable send of it before the respawn:
+    /// its ordinals may be taken by other payloads.
+    resumed_durable_sent: bool,
     state: TurnState,
     verbosity: Verbosity,
     trigger_message_id: Option<String>,
@@ -582,7 +585,8 @@ impl TurnMachine {
                 out.push(reply(request, HostReply::Done));
             }
             Input::Timeout => self.on_timeout(now_ms, &mut out),
-            Input::Disconnect => self.on_disconnect(&mut out),
+            Input::Exiting => self.on_exiting(now_ms, &mut out),
+            Input::Disconnect => self.on_disconnect(now_ms, &mut out),
         }
         self.guard_clears(out)
     }
@@ -1437,6 +1441,7 @@ impl TurnMachine {
             .position(|t| t.closing.as_ref().and_then(|c| c.awaiting) == Some(op))
         {
             let mut turn = self.closing.remove(position);
+            let result = turn.own_final_already_stored(result);
             if let Some(delivery) = turn.skip_taken_ordinal(op, &result) {
                 out.push(Effect::Deliver(delivery));
                 self.closing.push(turn);
@@ -1724,6 +1729,7 @@ impl TurnMachine {
                 verbosity,
             );
             turn.resumed = true;
+            turn.resumed_durable_sent = resync.durable_sent;
             turn.trigger_message_id = resync.message_id;
             turn.reply_authority = resync.reply_authority;
             self.sessions.insert(resync.session_key, turn);
@@ -1782,22 +1788,33 @@ impl TurnMachine {
                 push_clear(&mut self.clears, out, &turn.id, &turn.conversation_id);
             }
         }
-        let (due, waiting): (Vec<Turn>, Vec<Turn>) = std::mem::take(&mut self.closing)
+        self.finish_closings(now, out, |c| c.handoff_at.is_some_and(|at| at <= now));
+    }
+
+    fn on_exiting(&mut self, now: u64, out: &mut Vec<Effect>) {
+        self.finish_closings(now, out, |c| c.awaiting.is_none());
+    }
+
+    /// Clears and closes every closing turn `due` picks; the others keep
+    /// closing.
+    fn finish_closings(&mut self, now: u64, out: &mut Vec<Effect>, due: impl Fn(&Closing) -> bool) {
+        let config = self.config;
+        let (done, waiting): (Vec<Turn>, Vec<Turn>) = std::mem::take(&mut self.closing)
             .into_iter()
-            .partition(|t| {
-                t.closing
-                    .as_ref()
-                    .and_then(|c| c.handoff_at)
-                    .is_some_and(|at| at <= now)
-            });
+            .partition(|t| t.closing.as_ref().is_some_and(&due));
         self.closing = waiting;
-        for turn in due {
+        for turn in done {
             push_clear(&mut self.clears, out, &turn.id, &turn.conversation_id);
             finish_close(turn, config, now, out);
         }
     }
 
-    fn on_disconnect(&mut self, out: &mut Vec<Effect>) {
+    fn on_disconnect(&mut self, now: u64, out: &mut Vec<Effect>) {
+        // A turn that is closing and whose final is stored (or that had none)
+        // is done deciding: its clear and closing publish go out now, so a
+        // gateway stop does not leave Canon showing the agent at work. One
+        // whose final is still in flight is dropped like every open turn.
+        self.finish_closings(now, out, |c| c.awaiting.is_none());
         for turn in std::mem::take(&mut self.closing) {
             if let Some(request) = turn.closing.and_then(|c| c.request) {
                 out.push(reply(request, HostReply::Done));
@@ -1889,6 +1906,7 @@ impl Turn {
             opened_at: now,
             lifecycle,
             resumed: false,
+            resumed_durable_sent: false,
             state: TurnState::Thinking,
             verbosity,
             trigger_message_id: None,
@@ -2139,6 +2157,30 @@ impl Turn {
             .and_then(|p| p.ordinal)
             .map_or(self.ledger.settled, |o| o.get().max(self.ledger.settled));
         Ordinal::after_settled(floor)
+    }
+
+    /// The final of a turn resumed after a daemon restart that made no
+    /// durable send before it: a 409 `MESSAGE_ID_EXISTS` on its flush means
+    /// the daemon before stored this final under the same id (nothing else
+    /// of the turn took an ordinal), with metadata the replay could not
+    /// rebuild exactly (the stream's first send carried some). It counts as
+    /// delivered; sending it under the next ordinal would store it twice.
+    fn own_final_already_stored(
+        &self,
+        result: Result<Option<String>, DeliveryFailure>,
+    ) -> Result<Option<String>, DeliveryFailure> {
+        match result {
+            Err(failure)
+                if self.resumed
+                    && !self.resumed_durable_sent
+                    && failure.class == FailureClass::IdConflict =>
+            {
+                tracing::info!(turn_id = %self.id,
+                    "the final was stored before the daemon restarted; not sent again");
+                Ok(None)
+            }
+            other => other,
+        }
     }
 
     /// Whether an operation of this turn that failed with `failure` after

@@ -247,6 +247,27 @@ where
 
     tracing::info!(reason = exit_reason, "shutting down");
     reader.abort();
+    let grace_end = tokio::time::Instant::now() + EXIT_GRACE;
+    // Finals still in flight: their outcomes tell the turn machine which
+    // turns are stored. Those, and the turns waiting out their handoff,
+    // close now, so their closing publishes go out within the exit grace.
+    loop {
+        while let Ok((op, result)) = done_rx.try_recv() {
+            driver.handle(SessionInput::Delivered { op, result }).await;
+        }
+        if driver.deliveries.is_empty() {
+            break;
+        }
+        let outcome = tokio::select! {
+            delivered = done_rx.recv() => delivered,
+            _ = driver.deliveries.join_next() => None,
+            () = tokio::time::sleep_until(grace_end) => break,
+        };
+        if let Some((op, result)) = outcome {
+            driver.handle(SessionInput::Delivered { op, result }).await;
+        }
+    }
+    driver.handle(SessionInput::Exiting).await;
     let exit_code = driver.session.exit_code.unwrap_or(0);
     driver.stop_loops();
     // Nothing more reaches the shim; files a stopped task wrote are swept at
@@ -267,7 +288,7 @@ where
         while deliveries.join_next().await.is_some() {}
         writes.finish().await;
     };
-    if tokio::time::timeout(EXIT_GRACE, finish).await.is_err() {
+    if tokio::time::timeout_at(grace_end, finish).await.is_err() {
         tracing::warn!("in-flight Canon writes did not finish within the exit grace");
     }
     // What is still running is abandoned: none of it may hold the writer open.

@@ -335,15 +335,19 @@ fn the_shim_hands_hermes_each_message_once_across_daemon_respawns() {
     // A daemon killed after Hermes accepted a message and before its inbox recorded that hands
     // the same message again (so does one killed before it finished a detached-approval wake's
     // lease, approvals.md §13 step 5; `serve_approvals.rs` drives that crash): the shim, which
-    // outlives the daemon, drops the repeat by its message id. An id counts only once Hermes
-    // took it, so a hand-over that failed is tried again; an event without an id always passes.
+    // outlives the daemon, drops the repeat by its message id (it keeps the event Hermes got,
+    // to answer a repeat still waiting in Hermes' queue as queued). An id counts only once
+    // Hermes took it, so a hand-over that failed is tried again; an event without an id always
+    // passes.
     let code = "from shim import _adapter as a\n\
          wake = {'message_id': 'canon-detached-approval:hermes-0123456789abcdef0123'}\n\
          other = {'message_id': 'm-1'}\n\
-         seen = [a._repeated_inbound(wake), a._repeated_inbound(other)]\n\
-         a._remember_inbound(wake); a._remember_inbound(other); a._remember_inbound({})\n\
-         seen += [a._repeated_inbound(wake), a._repeated_inbound(other), a._repeated_inbound({'message_id': 'm-2'}),\n\
-         \x20        a._repeated_inbound({}), a._repeated_inbound(None)]\n\
+         ev_wake, ev_other = object(), object()\n\
+         seen = [a._repeated_inbound(wake) is not None, a._repeated_inbound(other) is not None]\n\
+         a._remember_inbound(wake, ev_wake); a._remember_inbound(other, ev_other); a._remember_inbound({}, object())\n\
+         seen += [a._repeated_inbound(wake) is ev_wake, a._repeated_inbound(other) is ev_other,\n\
+         \x20        a._repeated_inbound({'message_id': 'm-2'}) is not None,\n\
+         \x20        a._repeated_inbound({}) is not None, a._repeated_inbound(None) is not None]\n\
          print(seen)\n";
     assert_eq!(
         run_shim_python(code).trim(),

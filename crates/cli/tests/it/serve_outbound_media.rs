@@ -481,9 +481,10 @@ async fn a_turn_resynced_after_a_kill_stores_its_final_once_past_the_media_ordin
         .request(
             "resync",
             json!({"adapter_connected": true,
+                   // The shim saw the image go out: a durable send of the turn.
                    "open_turns": [{"event_ref": event_ref, "session_key": SESSION,
                                    "turn_id": turn_id, "event": dm_event(message_id),
-                                   "started_at_ms": 1}],
+                                   "started_at_ms": 1, "durable_sent": true}],
                    "queue_depths": {SESSION: 0}}),
         )
         .await;

@@ -499,6 +499,12 @@ pub struct OpenTurn {
     /// As in [`TurnStart`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_authority: Option<serde_json::Value>,
+    /// The turn made a durable send before the respawn (media, or a send without
+    /// `expect_edits`), which takes an ordinal of the turn's message ids. Without one, a
+    /// message already stored under the final's id can only be that final. Additive
+    /// (hermes-host.md §19.10).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub durable_sent: bool,
 }
 
 /// `resync` (hermes-host.md §19.10).

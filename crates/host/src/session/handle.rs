@@ -219,6 +219,10 @@ pub enum SessionInput {
     CardWake(Box<crate::card_waits::CardWake>),
     /// The turn machine's deadline ([`Session::next_deadline`]) passed.
     Timeout,
+    /// The daemon is exiting: turns whose final is stored close now instead
+    /// of after their handoff wait (their clears and closing publishes go to
+    /// the exit grace's last writes).
+    Exiting,
 }
 
 /// An `adapter.connect` in progress.
@@ -456,6 +460,7 @@ impl Session {
             } => self.card_wait_done(&id, re, result, waiting, now_ms),
             SessionInput::CardWake(wake) => self.card_wake(*wake),
             SessionInput::Timeout => self.feed(Input::Timeout, now_ms),
+            SessionInput::Exiting => self.feed(Input::Exiting, now_ms),
         }
     }
 

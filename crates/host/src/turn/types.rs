@@ -455,6 +455,9 @@ pub struct ResyncTurn {
     pub conversation_type: ConversationType,
     /// The triggering message's reply authority, as the shim kept it.
     pub reply_authority: Option<ReplyAuthority>,
+    /// The turn made a durable send before the respawn (see
+    /// [`crate::protocol::OpenTurn`]).
+    pub durable_sent: bool,
 }
 
 /// How a durable operation failed; decides whether its reservation is
@@ -609,6 +612,11 @@ pub enum Input {
     /// A deadline from [`crate::turn::TurnMachine::next_deadline`] passed
     /// (spurious timeouts are harmless).
     Timeout,
+    /// The daemon is exiting: every closing turn whose final was delivered
+    /// (or that had none) finishes now, without waiting out its 750 ms
+    /// handoff, so Canon gets its closing state; a turn whose final is still
+    /// in flight is left to that delivery.
+    Exiting,
     /// The adapter disconnected: all per-turn state is dropped without
     /// publishing.
     Disconnect,

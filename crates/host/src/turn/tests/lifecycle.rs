@@ -242,6 +242,7 @@ fn resynced_turn_keeps_its_id() {
             started_at_ms: 5,
             conversation_type: ConversationType::Direct,
             reply_authority: None,
+            durable_sent: false,
         }],
         delivered_turns: Vec::new(),
     };
@@ -353,6 +354,7 @@ fn a_delivered_turn_handed_over_in_a_resync_is_published_completed() {
         started_at_ms: 5,
         conversation_type: ConversationType::Direct,
         reply_authority: None,
+        durable_sent: false,
     };
     let resync = Input::Resync {
         request: RequestId(1),
@@ -371,4 +373,51 @@ fn a_delivered_turn_handed_over_in_a_resync_is_published_completed() {
             "reply r1 done",
         ],
     )]);
+}
+
+/// A turn of [`S1`] whose final Canon stored and which waits out its 750 ms
+/// handoff; `then` comes 100 ms after the delivery.
+fn stored_final_then(then: Input, expected: &'static [&'static str]) -> Vec<Step> {
+    vec![
+        (1_000, start(1, "m1", 1), &[
+            "read conv-1",
+            "turn thinking T1 q=0 active=m1",
+            "reply r1 started T1",
+        ]),
+        (1_100, edit(2, "Done", true), &[
+            "stream set T1 text=\"Done\" blocks=[text:T1:1:completed]",
+            "turn streaming T1 q=0",
+            "reply r2 preview T1",
+        ]),
+        (1_200, complete(3, Outcome::Success), &[
+            "deliver op1 messages conv-1 [base turn_complete \"Done\" trail=[text:T1:1:completed]]",
+        ]),
+        (1_300, delivered(1), &[]),
+        (1_400, then, expected),
+    ]
+}
+
+/// What a turn waiting out its handoff gets when the waiting is cut short.
+const CLOSED_AT_ONCE: &[&str] = &[
+    "stream clear conv-1",
+    "turn completed T1 q=0",
+    "typing.resume conv-1",
+    "reply r3 done",
+];
+
+/// A daemon exiting (a gateway stop) while a turn whose final Canon stored
+/// waits out its 750 ms handoff closes that turn at once, so its closing
+/// state still reaches Canon within the exit grace.
+#[test]
+fn an_exiting_daemon_closes_the_turns_waiting_out_their_handoff() {
+    check(stored_final_then(Input::Exiting, CLOSED_AT_ONCE));
+}
+
+/// The shim's `adapter.disconnect` at a gateway stop comes right after the
+/// last turn completed: a turn whose final Canon stored closes at once
+/// (clear, closing publish, the answer to its `turn.complete`), not after
+/// the handoff it no longer gets.
+#[test]
+fn a_disconnect_closes_the_turns_whose_final_is_stored() {
+    check(stored_final_then(Input::Disconnect, CLOSED_AT_ONCE));
 }

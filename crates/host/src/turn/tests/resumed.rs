@@ -25,6 +25,9 @@ fn resync(request: u64) -> Input {
             started_at_ms: 0,
             conversation_type: ConversationType::Direct,
             reply_authority: None,
+            // The daemon before the restart made a durable send of the turn, which took an
+            // ordinal: the premise of every skip below.
+            durable_sent: true,
         }],
         delivered_turns: Vec::new(),
     }
@@ -287,5 +290,37 @@ fn a_resumed_turn_gives_up_after_the_skip_bound() {
                 "reply r22 done",
             ],
         )],
+    );
+}
+
+/// A turn the daemon before the restart made no durable send of (the shim says so in the
+/// resync): a 409 `MESSAGE_ID_EXISTS` on its final's id means that daemon stored this final
+/// (its metadata came from the stream's first send, which the replay may not rebuild), so the
+/// final counts as delivered and is not stored again under the next ordinal.
+#[test]
+fn a_resumed_turn_without_durable_sends_takes_a_conflict_as_its_own_stored_final() {
+    let mut resync = resync(1);
+    if let Input::Resync { open_turns, .. } = &mut resync {
+        open_turns[0].durable_sent = false;
+    }
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    machine.handle(resync, 10);
+    let first = finish(&mut machine, "The answer", 11);
+    assert_eq!(ids(&first), [base(1)]);
+    check_steps(
+        &mut machine,
+        vec![
+            (20, conflict(first.op.0), &[]),
+            (
+                770,
+                Input::Timeout,
+                &[
+                    "stream clear conv-1",
+                    "turn completed T4 q=0",
+                    "typing.resume conv-1",
+                    "reply r22 done",
+                ],
+            ),
+        ],
     );
 }

@@ -101,19 +101,22 @@ def _done(kind, then):
 # that in its inbox (the successor replays what was not recorded), and a detached-approval wake
 # when it died before finishing the wake's lease. Both keep their message id, so the repeat is
 # dropped here, where it outlives the daemon, and Hermes runs one turn. An id is remembered only
-# once handle_message returned, so a hand-over that failed can be tried again.
+# once handle_message returned, so a hand-over that failed can be tried again. The value is the
+# MessageEvent Hermes got, so a repeat of a message still waiting in Hermes' queue is answered
+# as queued (its frame must stay unsettled: a gateway stop discards that queue).
 INBOUND_SEEN, INBOUND_SEEN_CAP = collections.OrderedDict(), 4096
 
 
 def _repeated_inbound(event):
+    """The MessageEvent Hermes already got for this message, or None."""
     message_id = (event or {}).get("message_id") or ""
-    return bool(message_id) and message_id in INBOUND_SEEN
+    return INBOUND_SEEN.get(message_id) if message_id else None
 
 
-def _remember_inbound(event):
-    message_id = (event or {}).get("message_id") or ""
+def _remember_inbound(summary, event):
+    message_id = (summary or {}).get("message_id") or ""
     if message_id:
-        INBOUND_SEEN[message_id] = True
+        INBOUND_SEEN[message_id] = event
         while len(INBOUND_SEEN) > INBOUND_SEEN_CAP:
             INBOUND_SEEN.popitem(last=False)
 
@@ -285,14 +288,22 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         whose daemon was killed after the last edit would complete with nothing staged and its
         answer would never be stored."""
         key = (body.get("ctx") or {}).get("session_key")
-        if kind not in RESENDABLE or not key or not result.get("success"):
+        if not key or not result.get("success"):
+            return
+        meta = body.get("metadata") or {}
+        if kind == "adapter.send_media" or (kind == "adapter.send" and not meta.get("expect_edits")):
+            # A durable send takes one of the turn's message ids: a respawned daemon must not
+            # take a message already stored under the final's id for that final (`resync`).
+            for turn in (self._open.get(key), (self._before.get(key) or (None,))[0]):
+                if turn is not None:
+                    turn["durable_sent"] = True
+        if kind not in RESENDABLE:
             return
         answer = self._answers.setdefault(key, {})
         if "after" in answer:
             # A dequeued follow-up's answer starts with a send replying to its message; until
             # then the sends and edits are the running turn's last ones (Hermes' stream
             # consumer finalizes that answer after the dequeue), kept with the running turn.
-            meta = body.get("metadata") or {}
             if kind != "adapter.send" or answer["after"] not in (body.get("reply_to"),
                                                                   meta.get("reply_to_message_id")):
                 before = self._before.get(key)
@@ -438,11 +449,15 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._track(key, ref, summary, started, answered, authority)
 
     def _waits_in_queue(self, key, event):
-        """Whether `event` waits in the session's queue: the head slot, the overflow, or merged
-        into the waiting head."""
+        """Whether `event` waits in the session's queue: the head slot, the overflow, merged
+        into the waiting head, or the runner's startup-restore queue."""
         head = self._pending_messages.get(key)
         overflow = (getattr(self._runner, "_queued_events", None) or {}).get(key) or ()
+        # While a restarted gateway resumes its interrupted sessions, the runner holds every
+        # inbound message in its own queue (`_startup_restore_queue`); a stop then drops it too.
+        restoring = getattr(self._runner, "_startup_restore_queue", None) or ()
         return head is event or any(e is event for e in overflow) or \
+            any(e is event for e in restoring) or \
             (head is not None and self._ref(event) in absorbed_refs(head))
 
     async def on_processing_complete(self, event, outcome):
@@ -538,7 +553,13 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     async def _handle(self, kind, body):
         if kind == "inbound.message":
-            if _repeated_inbound(body.get("event")):
+            seen = _repeated_inbound(body.get("event"))
+            if seen is not None:
+                key = self._key(seen.source)
+                if self._waits_in_queue(key, seen):
+                    # The respawned daemon's reference, so its turn start settles this frame.
+                    seen._canon_ref = body["event_ref"]
+                    return {"accepted": True, "queued": True, "session_key": key}
                 return {"accepted": True}
             media = await asyncio.to_thread(_cache_media, body["event"].get("media") or [])
             event = self._event(body["event"], body["event_ref"], *media)
@@ -546,7 +567,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             # a secret: never logged.
             event._canon_authority = body.get("reply_authority")
             await self.handle_message(event)
-            _remember_inbound(body.get("event"))
+            _remember_inbound(body.get("event"), event)
             # A message Hermes queued behind a running turn is not handled yet: a gateway stop
             # discards its queue, so the daemon keeps the frame unsettled (replayed after the
             # restart) until the message's turn starts.
