@@ -305,28 +305,13 @@ async fn publish_closing(
             Err(error) => error,
         };
         match delays.next() {
-            Some(delay) if transient(&error) => {
+            // The state is an idempotent upsert: any transient failure may be retried.
+            Some(delay) if canon_wire::retry::is_retryable_idempotent_write(error.kind()) => {
                 tracing::debug!(%error, "closing runtime turn publish failed; retrying");
                 tokio::time::sleep(*delay).await;
             }
             _ => return Err(error),
         }
-    }
-}
-
-/// Whether a failed write may succeed when sent again: a 408, 425, 429 or
-/// 5xx answer, or a connection that failed or broke (turns.md §4.5).
-fn transient(error: &TransportError) -> bool {
-    use canon_wire::retry::FailureKind;
-    match error.kind() {
-        FailureKind::Http { status } => matches!(status, 408 | 425 | 429) || status >= 500,
-        FailureKind::Connect
-        | FailureKind::ConnectTimeout
-        | FailureKind::WriteFailed
-        | FailureKind::ReadTimeout
-        | FailureKind::Reset
-        | FailureKind::Protocol => true,
-        _ => false,
     }
 }
 

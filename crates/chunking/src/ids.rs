@@ -175,6 +175,15 @@ pub fn turn_id_from_random(random: u128) -> String {
     format!("{TURN_ID_PREFIX}{}", &hex[..TURN_ID_HEX_CHARS])
 }
 
+/// Whether `id` has the shape [`turn_id_from_random`] gives: `hermes-` and
+/// 20 lowercase hex digits.
+pub fn is_turn_id(id: &str) -> bool {
+    id.strip_prefix(TURN_ID_PREFIX).is_some_and(|hex| {
+        hex.len() == TURN_ID_HEX_CHARS
+            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
 /// The id group of one standalone (cron or out-of-turn) invocation
 /// (turns.md §4.6): an adapter-owned token `standalone:<32 hex>` used as the
 /// turn id with ordinal 1, and the base id derived from it.
@@ -213,8 +222,37 @@ impl StandaloneGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const TURN: &str = "hermes-0123456789abcdef0123";
+
+    proptest! {
+        /// Every id [`turn_id_from_random`] makes has the turn-id shape; any
+        /// text that is not such an id does not.
+        #[test]
+        fn turn_id_shape_matches_what_is_allocated(random in any::<u128>(), other in ".{0,40}") {
+            prop_assert!(is_turn_id(&turn_id_from_random(random)));
+            let allocated = other.len() == TURN_ID_PREFIX.len() + TURN_ID_HEX_CHARS
+                && other.starts_with(TURN_ID_PREFIX)
+                && other[TURN_ID_PREFIX.len()..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            prop_assert_eq!(is_turn_id(&other), allocated);
+        }
+    }
+
+    #[test]
+    fn turn_id_shape_refuses_near_misses() {
+        assert!(is_turn_id(TURN));
+        for id in [
+            "hermes-0123456789ABCDEF0123",
+            "hermes-0123456789abcdef012",
+            "hermes-0123456789abcdef01234",
+            "standalone:0123456789abcdef0123",
+            "hermes-",
+            "",
+        ] {
+            assert!(!is_turn_id(id), "{id}");
+        }
+    }
 
     fn check_final(
         conversation_id: &str,

@@ -636,15 +636,14 @@ impl Session {
                     session_key,
                     turn_id,
                 } => {
-                    // A reply line, so it is written only once the closing
-                    // publish the same input queued before it is done.
-                    let note = DaemonNotification::TurnClosed(protocol::TurnClosed {
-                        session_key,
-                        turn_id,
-                    });
-                    out.push(SessionEffect::Reply(protocol::encode_notification(
-                        note.type_name(),
-                        note.to_body(),
+                    // A reply line, written behind the Canon writes the same
+                    // input queued before it (the closing publish of a turn
+                    // that had no final).
+                    out.push(SessionEffect::Reply(notification_line(
+                        DaemonNotification::TurnClosed(protocol::TurnClosed {
+                            session_key,
+                            turn_id,
+                        }),
                     )));
                 }
                 other => out.push(SessionEffect::Canon(other)),
@@ -1155,10 +1154,12 @@ pub fn standalone_send(
 
 /// The frame of a daemon notification.
 pub fn notification(note: DaemonNotification) -> SessionEffect {
-    SessionEffect::Frame(protocol::encode_notification(
-        note.type_name(),
-        note.to_body(),
-    ))
+    SessionEffect::Frame(notification_line(note))
+}
+
+/// The line of a notification frame.
+fn notification_line(note: DaemonNotification) -> String {
+    protocol::encode_notification(note.type_name(), note.to_body())
 }
 
 /// The frame of an error answer (never retryable).

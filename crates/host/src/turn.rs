@@ -691,7 +691,7 @@ impl TurnMachine {
         // An earlier follow-up still waiting takes its boundary first.
         self.boundary(&start.session_key, now, out);
         let id = turn_id
-            .filter(|id| is_turn_id(id))
+            .filter(|id| canon_chunking::ids::is_turn_id(id))
             .unwrap_or_else(|| turn_id_from_random(start.random));
         let request = start.request;
         match self
@@ -2332,17 +2332,6 @@ pub fn standalone_target(send: &StandaloneSend) -> Option<&str> {
     .flatten()
     .map(str::trim)
     .find(|t| !t.is_empty())
-}
-
-/// Whether `id` has the shape of a lifecycle turn id this daemon allocates
-/// (`hermes-` and 20 lowercase hex digits, as [`turn_id_from_random`]
-/// makes): a handed-back id of any other shape is not reused.
-fn is_turn_id(id: &str) -> bool {
-    id.strip_prefix(canon_chunking::ids::TURN_ID_PREFIX)
-        .is_some_and(|hex| {
-            hex.len() == canon_chunking::ids::TURN_ID_HEX_CHARS
-                && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        })
 }
 
 /// Pushes turn `turn_id`'s clear of `conversation`'s live node;
