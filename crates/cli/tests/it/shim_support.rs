@@ -37,7 +37,8 @@ pub(crate) struct Shim {
     next_id: u64,
     /// Frames read while waiting for something else.
     backlog: VecDeque<Frame>,
-    /// The daemon's own `CANON_HOME`, removed with the shim.
+    /// The daemon's own `CANON_HOME` (a fresh one unless the test named one), removed with the
+    /// shim.
     home: Option<tempfile::TempDir>,
 }
 
@@ -60,7 +61,15 @@ impl Shim {
         stderr: Stdio,
         env: &[(&str, &str)],
     ) -> Shim {
+        // Every daemon gets a home of its own unless the test names one: a shared `~/.canon`
+        // would hand one test's inbox (handled message ids, keyed by the sim's address, and
+        // loopback ports are reused) to a later test, which then drops its first message.
+        let own_home = (!env.iter().any(|(name, _)| *name == "CANON_HOME"))
+            .then(|| tempfile::tempdir().expect("a temp CANON_HOME"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_canon-hermes"));
+        if let Some(home) = &own_home {
+            command.env("CANON_HOME", home.path());
+        }
         command
             .args(["serve", "--stdio"])
             .env("CANON_API_KEY", sim.api_key())
@@ -114,7 +123,7 @@ impl Shim {
             lines,
             next_id: 0,
             backlog: VecDeque::new(),
-            home: None,
+            home: own_home,
         }
     }
 
