@@ -132,6 +132,12 @@ impl Session {
         now_ms: u64,
     ) -> Vec<SessionEffect> {
         self.inbox.inherited.remove(session_key);
+        tracing::debug!(
+            session_key,
+            queue_depth,
+            draining,
+            "inbox: the session's turn closed"
+        );
         if draining {
             return Vec::new();
         }
@@ -275,6 +281,11 @@ impl Session {
                 tracing::error!("too many queued inbound messages; their frames will be replayed");
                 self.inbox.queued.clear();
             }
+            tracing::debug!(
+                message_id = hold.message_id.as_deref().unwrap_or(""),
+                session_key = session,
+                "inbound message queued in Hermes; it settles when its turn starts"
+            );
             self.inbox
                 .queued
                 .insert(hold.event_ref.clone(), (session.to_owned(), hold));
@@ -298,6 +309,11 @@ impl Session {
     }
 
     fn settle_hold(&mut self, hold: Hold, now_ms: u64, effects: &mut Vec<SessionEffect>) {
+        tracing::debug!(
+            message_id = hold.message_id.as_deref().unwrap_or(""),
+            event_ref = %hold.event_ref,
+            "inbound message handled"
+        );
         let handled = hold.message_id.as_deref().map(|id| (id, now_ms));
         let records = match hold.ticket {
             Some(ticket) => self.inbox.tracker.settle(ticket, handled),

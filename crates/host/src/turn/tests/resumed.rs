@@ -324,3 +324,19 @@ fn a_resumed_turn_without_durable_sends_takes_a_conflict_as_its_own_stored_final
         ],
     );
 }
+
+/// The shim re-sends a resynced turn's first send and last edit so that a final the daemon
+/// before the restart already stored is sent again byte for byte (Canon then answers with the
+/// stored message, not 409): the resumed turn's final carries the same text, metadata (the
+/// first send's Hermes `reply_to_message_id` included) and options as the final of a turn that
+/// never restarted.
+#[test]
+fn a_resumed_turn_whose_stream_is_replayed_sends_the_final_it_would_have_sent() {
+    let mut fresh = TurnMachine::new(TurnConfig::default());
+    fresh.handle(start(1, "m1", 4), 10);
+    let a = finish(&mut fresh, "The answer", 11);
+    let mut resumed = TurnMachine::new(TurnConfig::default());
+    resumed.handle(resync(1), 10);
+    let b = finish(&mut resumed, "The answer", 11);
+    assert_eq!(payloads(&a), payloads(&b));
+}
