@@ -45,6 +45,21 @@ pub(crate) struct InboxState {
     inherited: HashMap<String, (String, Vec<String>)>,
 }
 
+impl InboxState {
+    /// The hold of Canon message `message_id` if it is still on its way to Hermes: waiting to
+    /// be sent to the shim, waiting for the shim's answer, or queued behind a running turn.
+    fn pending_hold(&mut self, message_id: &str) -> Option<&mut Hold> {
+        let is = |hold: &&mut Hold| hold.message_id.as_deref() == Some(message_id);
+        if let Some(hold) = self.by_event.values_mut().find(is) {
+            return Some(hold);
+        }
+        if let Some(hold) = self.by_request.values_mut().find(is) {
+            return Some(hold);
+        }
+        self.queued.values_mut().map(|(_, hold)| hold).find(is)
+    }
+}
+
 impl Session {
     /// Replaces the inbox state with one loaded from the journal at connect: the cursor, the
     /// handled ids and the turns a predecessor left open.
@@ -213,6 +228,21 @@ impl Session {
             if let Some(message_id) = message_id.filter(|id| self.inbox.tracker.is_handled(id)) {
                 tracing::debug!(message_id, event_id, "replayed message already handled");
                 push_records(effects, self.inbox.tracker.settle(ticket, None));
+                return None;
+            }
+            if let Some(hold) = message_id.and_then(|id| self.inbox.pending_hold(id)) {
+                // A new stream replays the frame of a message still on its way to Hermes (its
+                // hand-over unanswered, or queued behind a running turn). The old stream's ticket
+                // no longer counts, so the hold takes this one: the frame settles when the
+                // message does, and until then the cursor stays before it. Handling the replay
+                // again would only be dropped as a repeat, and settling it now would let a
+                // daemon killed before the shim's answer lose the message.
+                tracing::debug!(
+                    message_id = message_id.unwrap_or(""),
+                    event_id,
+                    "replayed message still on its way to Hermes"
+                );
+                hold.ticket = Some(ticket);
                 return None;
             }
         }

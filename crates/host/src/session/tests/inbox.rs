@@ -319,3 +319,55 @@ fn a_message_the_shim_could_not_hand_to_hermes_stays_unsettled() {
     assert_eq!(records(&answered), vec![]);
     assert_eq!(daemon.session.inbox_cursor(), None);
 }
+
+/// A stream that closes while a message's hand-over is unanswered replays that message's frame
+/// on the next stream. The replay must not settle the frame (Hermes has not taken the message
+/// yet): a daemon killed before the shim's answer must leave the cursor before it, or its
+/// successor never sees the message.
+#[test]
+fn a_replay_of_a_message_whose_hand_over_is_unanswered_does_not_move_the_cursor_past_it() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let effects = daemon.handle_effects(frame("e-1", "m-1", "hello"));
+    let [request] = inbound_request_ids(&effects)
+        .try_into()
+        .expect("one hand-over");
+    assert_eq!(
+        daemon.session.inbox_new_stream(),
+        None,
+        "nothing settled yet"
+    );
+    let replayed = daemon.handle_effects(frame("e-1", "m-1", "hello"));
+    assert_eq!(
+        inbound_request_ids(&replayed),
+        Vec::<String>::new(),
+        "the message is on its way already"
+    );
+    let later = daemon.handle_effects(SessionInput::StreamFrame {
+        id: "e-2".into(),
+        kind: EventKind::Ignored {
+            name: "typing".into(),
+            data: json!({"conversationId": "c1"}),
+        },
+    });
+    assert_eq!(
+        records(&replayed)
+            .into_iter()
+            .chain(records(&later))
+            .collect::<Vec<_>>(),
+        vec![],
+        "e-1 and e-2 wait for the hand-over's answer"
+    );
+    assert_eq!(daemon.session.inbox_cursor(), None);
+    let answered = daemon.handle_effects(answer(&request));
+    assert_eq!(
+        records(&answered),
+        vec![
+            Record::Handled {
+                message_id: "m-1".into(),
+                at_ms: daemon.now
+            },
+            Record::Cursor("e-2".into())
+        ]
+    );
+}
