@@ -10,6 +10,8 @@
 //! | a response racing the cancel of its request's future does not kill the reader thread | hermes-host.md §19.4, reliability review M7 |
 //! | a failed background respawn is tried again on the backoff schedule, and counts toward the crash loop | hermes-host.md §19.10, reliability review H4 |
 //! | the daemon runs in a process group of its own, so the terminal's Ctrl-C reaches only the gateway; a daemon that exits while the gateway stops is not respawned | hermes-host.md §19.3, §19.10, reliability review M4 |
+//! | an inbound message offered while the gateway stops is refused as retryable, never handed to Hermes, and the restarted gateway gets it from the daemon's durable inbox | hermes-host.md §19.6, issue 16 |
+//! | a message handed over during Hermes' startup restore waits in the runner's queue: a gateway stopped before the restore ran it gets it again after its restart | hermes-host.md §9.5, §19.6, issue 16 |
 
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
@@ -360,6 +362,121 @@ asyncio.run(main())
             serde_json::json!({"exit": 0, "noted": true,
                                 "send": "canon-hermes daemon exited while the gateway stops",
                                 "respawned": false, "crashes": 0}),
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §19.6 (`inbound.message` while the gateway stops), issue 16. A stopping
+/// Hermes runner answers a busy session "shutting down" and drops the message, and drops its
+/// queues at exit, so a message handed over then would never be answered. The shim refuses it
+/// as retryable instead: Hermes never sees it, the daemon leaves its stream frame unsettled, and
+/// after the gateway's restart the next daemon's durable inbox hands it over, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_offered_while_the_gateway_stops_waits_for_the_restarted_gateway() {
+    let sim = sim().await;
+    let code = r#"
+import logging
+waits = []
+class Waits(logging.Handler):
+    def emit(self, record):
+        if 'waits for the gateway' in record.getMessage():
+            waits.append(record.getMessage())
+logging.getLogger('canon_hermes').addHandler(Waits())
+logging.getLogger('canon_hermes').setLevel(logging.INFO)
+TEXT = 'sent while the gateway stops'
+
+async def until(check, what):
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, 'no ' + what
+        await asyncio.sleep(0.05)
+
+async def main():
+    handed = []
+    def recorder(name):
+        async def handle(event):
+            handed.append([name, event.text])
+        return handle
+    a = await connected()
+    a.handle_message = recorder('stopping')
+    a._runner = type('Runner', (), {'_draining': True})()
+    SIM('messages', {'conversationId': CHAT, 'text': TEXT})
+    await until(lambda: waits or handed, 'offer while stopping')
+    await a.disconnect()
+    b = cls(PlatformConfig(enabled=True))
+    b.handle_message = recorder('restarted')
+    assert await b.connect(), b.fatal_error_message
+    await until(lambda: any(name == 'restarted' for name, _ in handed) or not waits,
+                'hand-over after the restart')
+    await b.disconnect()
+    print(json.dumps({'handed': handed, 'refused': len(waits) >= 1}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"handed": [["restarted", "sent while the gateway stops"]],
+                            "refused": true})
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §9.5 and §19.6, issue 16. While a restarted Hermes resumes its interrupted
+/// sessions, its runner puts every inbound message in a startup-restore queue, from a task of
+/// its own that runs after `handle_message` returned, and a stop drops that queue. The shim so
+/// answers such a hand-over `queued`: the daemon keeps its stream frame unsettled until the
+/// message's turn starts. Here the runner is a stand-in with Hermes' two restore attributes
+/// (the window is too short to hit on purpose in a real gateway); the gateway stops before
+/// the restore ends, and after the restart the next daemon hands the message over again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_handed_over_during_the_startup_restore_survives_a_stop_before_it_ran() {
+    let sim = sim().await;
+    let code = r#"
+TEXT = 'sent during the startup restore'
+
+async def until(check):
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+async def main():
+    handed = []
+    loop = asyncio.get_running_loop()
+    runner = type('Runner', (), {})()
+    runner._startup_restore_in_progress, runner._startup_restore_queue = True, []
+    a = await connected()
+    a._runner = runner
+    async def restoring(event):
+        handed.append(['restoring', event.text])
+        loop.call_soon(runner._startup_restore_queue.append, event)  # the runner's own task
+    a.handle_message = restoring
+    SIM('messages', {'conversationId': CHAT, 'text': TEXT})
+    await until(lambda: handed)
+    await asyncio.sleep(0)  # the runner's task has queued the event
+    depth = a._depth(a._key(runner._startup_restore_queue[0].source))
+    await a.disconnect()  # the gateway stops; its restore queue dies with it
+    from shim import _adapter
+    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process: it saw nothing yet
+    b = cls(PlatformConfig(enabled=True))
+    async def restarted(event):
+        handed.append(['restarted', event.text])
+    b.handle_message = restarted
+    assert await b.connect(), b.fatal_error_message
+    await until(lambda: len(handed) > 1)
+    await b.disconnect()
+    print(json.dumps({'handed': handed, 'depth': depth}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"handed": [["restoring", "sent during the startup restore"],
+                                       ["restarted", "sent during the startup restore"]],
+                            "depth": 1})
         ],
         "{out}"
     );

@@ -539,6 +539,14 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             d.respond(rid, kind, error={"code": NOT_CONNECTED, "message": "no loop", "retryable": True})
 
     async def _dispatch(self, d, kind, rid, body):
+        if kind == "inbound.message" and rid and self._gateway_stopping():
+            # A stopping runner answers a busy session "shutting down" and drops the message,
+            # and drops its queues at exit: Hermes would never run it. Refused as retryable,
+            # its frame stays unsettled and the restarted gateway's stream replays it.
+            log.info("canon-hermes: an inbound message waits for the gateway's restart (it is stopping)")
+            d.respond(rid, kind, error={"code": NOT_CONNECTED, "message": "the gateway is stopping",
+                                        "retryable": True})
+            return
         try:
             result = await self._handle(kind, body)
         except Exception as exc:
@@ -570,9 +578,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             _remember_inbound(body.get("event"), event)
             # A message Hermes queued behind a running turn is not handled yet: a gateway stop
             # discards its queue, so the daemon keeps the frame unsettled (replayed after the
-            # restart) until the message's turn starts.
+            # restart) until the message's turn starts. During the startup restore the runner
+            # queues every message in a task of its own that has not run yet when
+            # `handle_message` returns, so the restore itself says the message waits.
             key = self._key(event.source)
-            if self._waits_in_queue(key, event):
+            if self._waits_in_queue(key, event) or self._restore_noop(event):
                 return {"accepted": True, "queued": True, "session_key": key}
             return {"accepted": True}
         if kind == "control.signal":

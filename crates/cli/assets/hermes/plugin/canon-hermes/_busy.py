@@ -73,7 +73,7 @@ def _mergeable(head, event):
 class BusySeam:
     """Mixin of the adapter, before `BasePlatformAdapter` (whose `_pending_messages` is the head
     slot and whose `set_busy_session_handler` it extends). The adapter provides `_note(kind,
-    body)`, `_ref(event)` and `_dequeued(key, event)`, and calls `_init_busy()` in `__init__`."""
+    body)`, `_ref(event)`, `_key(source)` and `_dequeued(key, event)`, and calls `_init_busy()` in `__init__`."""
 
     def _init_busy(self):
         self._runner = self._delegate = None
@@ -82,9 +82,13 @@ class BusySeam:
         self._sentinel = self._blocking = self._command = None  # Hermes' own, read with the handler
 
     def _depth(self, key):
-        """Head slot + the runner's FIFO overflow."""
+        """Head slot + the runner's FIFO overflow + the session's messages in the runner's
+        startup-restore queue (they run after the restore, like queued follow-ups)."""
         queued = getattr(self._runner, "_queued_events", None) or {}
-        return (1 if key in self._pending_messages else 0) + len(queued.get(key) or ())
+        restoring = getattr(self._runner, "_startup_restore_queue", None) or ()
+        waiting = sum(1 for e in restoring if getattr(e, "source", None) is not None
+                      and self._key(e.source) == key)
+        return (1 if key in self._pending_messages else 0) + len(queued.get(key) or ()) + waiting
 
     def _drop_queue(self, key):
         self._pending_messages.pop(key, None)
