@@ -32,7 +32,8 @@
 //! `CANON_FAULTS_MESSAGES=400 CANON_FAULTS_CONVERSATIONS=8 CANON_FAULTS_APPROVALS=4
 //! CANON_FAULTS_KILLS=4 CANON_FAULTS_RESTARTS=3 CANON_FAULTS_SEED=7
 //! cargo test -p canon-hermes --test faults -- --nocapture` (README "Fault harness").
-//! `CANON_TEST_KEEP_LOGS=<dir>` keeps the gateway logs, the simulator's journal and its
+//! `CANON_TEST_KEEP_LOGS=<dir>` keeps the gateway logs, the daemons' `CANON_HOME` (the durable
+//! inbox journals), the simulator's journal and its
 //! messages and turn records under `<dir>/faults/`.
 
 // The real-gateway harness shared with the `tests` binary; this binary uses only part of it.
@@ -634,6 +635,9 @@ impl Run {
         for name in ["gateway.log", "agent.log", "errors.log"] {
             let _ = std::fs::copy(home.join("hermes/logs").join(name), dir.join(name));
         }
+        // The daemons' state under CANON_HOME (`$HOME/.canon`): the durable inbox journal shows
+        // every cursor and handled record a daemon wrote before it was killed.
+        copy_tree(&home.join(".canon"), &dir.join("canon-home"));
         let journal: Vec<String> = self
             .sim
             .journal(0, None)
@@ -923,4 +927,17 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
         verdict.table,
         gateway.log_tail()
     );
+}
+
+/// Copies the files under `from` into `to`, keeping the relative paths (best effort: evidence
+/// for a person reading a failed run).
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            copy_tree(&entry.path(), &target);
+        } else if std::fs::create_dir_all(to).is_ok() {
+            let _ = std::fs::copy(entry.path(), &target);
+        }
+    }
 }

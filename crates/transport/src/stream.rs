@@ -10,8 +10,11 @@
 //!
 //! * the cursor is the id of the last accepted frame that had one, updated
 //!   **before** the event is delivered, and sent as `Last-Event-ID`;
-//!   `agent.context` never moves it (it is sent before the replay, so a break
-//!   right after it would otherwise lose the events still to be replayed);
+//!   the first `agent.context` of a connection opened with a cursor never
+//!   moves it (it is sent before the replay, so a break right after it would
+//!   otherwise lose the events still to be replayed) and reaches the consumer
+//!   without its id, so a consumer's own durable cursor cannot jump past the
+//!   replay either;
 //!   `replay.expired` sets it to `lastAvailableId` or clears it;
 //! * connect timeout (30 s) covers connecting and the response head; the idle
 //!   watchdog (90 s) drops a connection that delivers no bytes at all;
@@ -387,8 +390,11 @@ impl Runner {
         let mut parser = SseParser::with_max_frame_bytes(self.config.max_frame_bytes);
         let mut frames = Vec::new();
         let mut got_frame = false;
-        // Only the connection's first `agent.context` precedes the replay (see `deliver`).
-        let mut context_pending = true;
+        // Only the connection's first `agent.context` precedes the replay (see `deliver`); a
+        // connection opened without a cursor replays nothing, so its context moves the cursor
+        // like any event (else a first connection would have no cursor to resume from until
+        // its first later event).
+        let mut context_pending = self.cursor().is_some();
         loop {
             let read = tokio::time::timeout(self.config.idle_timeout, body.frame());
             let next = tokio::select! {
@@ -442,7 +448,7 @@ impl Runner {
 
     /// Applies the cursor rules, then hands the event to the consumer. `context_pending`: the
     /// connection's first `agent.context` has not arrived yet.
-    async fn deliver(&self, event: Event, context_pending: &mut bool) -> bool {
+    async fn deliver(&self, mut event: Event, context_pending: &mut bool) -> bool {
         // A connection's first `agent.context` arrives with a fresh id *before* the replay of
         // missed events; if it moved the cursor, a connection that broke right after it would
         // skip those events for good. It is idempotent state, so replaying it again costs
@@ -455,6 +461,13 @@ impl Runner {
         let moves_cursor = !(is_context && *context_pending);
         if is_context {
             *context_pending = false;
+        }
+        if !moves_cursor {
+            // The consumer gets it without its id too: a consumer keeping a durable cursor of
+            // its own (the daemon's inbox settles each frame with an id in arrival order) would
+            // otherwise move that cursor past the whole replay that follows, and a daemon
+            // killed before the replayed messages settled would never see them again.
+            event.id = None;
         }
         if let (Some(id), true) = (&event.id, moves_cursor) {
             if usable_cursor(id) {

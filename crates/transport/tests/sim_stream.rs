@@ -267,8 +267,11 @@ async fn a_break_right_after_agent_context_loses_no_event() {
         .collect();
     let (during_fault, _, _) = until_disconnect(&mut stream).await;
     assert!(
-        during_fault.iter().any(|(n, _)| n == "agent.context"),
-        "the faulty connection delivered agent.context: {during_fault:?}"
+        during_fault
+            .iter()
+            .any(|(n, id)| n == "agent.context" && id.is_none()),
+        "the faulty connection delivered agent.context, without the id that would move a \
+         consumer's own cursor past the replay: {during_fault:?}"
     );
     assert_eq!(stream.cursor().as_deref(), Some(first.as_str()));
     let seen = until_probe(&mut stream, "4").await;
@@ -375,9 +378,11 @@ async fn idle_watchdog_drops_a_silent_stream_and_resumes() {
     // (A loaded machine may idle out the quiet second connection too.)
     let connects = journal_at(&sim, 0, STREAM);
     assert!(connects.len() >= 2);
-    // The stalled connection delivered only `agent.context`, which never moves the cursor, so
-    // the reconnect holds no cursor yet.
-    assert_eq!(header(&connects[1], "last-event-id"), None);
+    // The stalled connection was opened without a cursor, so nothing was replayed behind its
+    // `agent.context`: that context moved the cursor, and the reconnect resumes from it.
+    let context_id = events[1].1.as_deref();
+    assert!(context_id.is_some(), "{events:?}");
+    assert_eq!(header(&connects[1], "last-event-id"), context_id);
 }
 
 #[tokio::test]

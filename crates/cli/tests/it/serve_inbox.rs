@@ -1,7 +1,8 @@
 //! The durable inbox across real daemon deaths (reliability review M2, issue 16): the stream
 //! cursor and the handled message ids survive a `kill -9`, so the successor is handed every
 //! message that arrived while no daemon ran, and the one the dead daemon had read but not yet
-//! seen taken by Hermes, and none that Hermes already took. Counted from the frames the fake shim
+//! seen taken by Hermes, and none that Hermes already took; a replay the successor was killed in
+//! the middle of is replayed again. Counted from the frames the fake shim
 //! reads and the journal file, never by sleeping.
 
 use std::path::{Path, PathBuf};
@@ -127,6 +128,42 @@ async fn a_killed_daemons_successor_gets_every_unhandled_message_once_and_no_han
             .permissions(),
     );
     assert_eq!(mode & 0o777, 0o600);
+}
+
+/// Fault harness finding (issue 16). Canon sends each connection's `agent.context`, with a fresh
+/// id, before the replay of what the cursor missed. Had the inbox settled that frame, its
+/// durable cursor would jump past the whole replay: a daemon killed before a replayed message
+/// settled would leave its successor nothing to replay, and the message would be lost. Here the
+/// same unanswered message is handed over by two daemons in a row, each killed, and the third
+/// still gets it first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_replayed_to_a_daemon_killed_before_its_answer_is_replayed_again() {
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    for daemon in ["first", "second"] {
+        let mut shim = spawn(&sim, &home);
+        shim.connect(&sim).await;
+        if daemon == "first" {
+            inject_text(&sim, "one: never answered");
+        }
+        let handed = shim.expect("inbound.message").await;
+        assert_eq!(
+            text_of(&handed),
+            "one: never answered",
+            "the {daemon} daemon"
+        );
+        sigkill(&mut shim).await;
+    }
+    let mut third = spawn(&sim, &home);
+    third.connect(&sim).await;
+    inject_text(&sim, "two: after the kills");
+    let texts = [
+        text_of(&third.accept_inbound().await),
+        text_of(&third.accept_inbound().await),
+    ];
+    assert_eq!(texts, ["one: never answered", "two: after the kills"]);
+    let _ = third.close_and_drain().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -11,6 +11,7 @@
 //! | a failed background respawn is tried again on the backoff schedule, and counts toward the crash loop | hermes-host.md §19.10, reliability review H4 |
 //! | the daemon runs in a process group of its own, so the terminal's Ctrl-C reaches only the gateway; a daemon that exits while the gateway stops is not respawned | hermes-host.md §19.3, §19.10, reliability review M4 |
 //! | an inbound message offered while the gateway stops is refused as retryable, never handed to Hermes, and the restarted gateway gets it from the daemon's durable inbox | hermes-host.md §19.6, issue 16 |
+//! | the daemon's DEBUG lines, when its `RUST_LOG` asks for them, reach Hermes' logs (at INFO) | hermes-host.md §19.3 |
 //! | a message handed over during Hermes' startup restore waits in the runner's queue: a gateway stopped before the restore ran it gets it again after its restart | hermes-host.md §9.5, §19.6, issue 16 |
 
 use std::os::unix::process::CommandExt as _;
@@ -478,6 +479,40 @@ asyncio.run(main())
                                        ["restarted", "sent during the startup restore"]],
                             "depth": 1})
         ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §19.3. The daemon's `RUST_LOG` decides what it writes to stderr; the shim
+/// forwards every line to `canon_hermes.daemon`. A DEBUG line forwarded at DEBUG would be dropped
+/// by Hermes' INFO loggers, so asking the daemon for debug output showed nothing; it is logged at
+/// INFO, with its own level still at the head of the line.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemons_debug_lines_reach_hermes_logs_when_asked_for() {
+    let sim = sim().await;
+    let code = r#"
+import logging
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append((record.levelname, record.getMessage()))
+logging.getLogger('canon_hermes.daemon').addHandler(Keep())
+logging.getLogger('canon_hermes.daemon').setLevel(logging.INFO)
+os.environ['RUST_LOG'] = 'info,canon_host=debug'
+
+async def main():
+    a = await connected()
+    await a.disconnect()
+    debug = [m for level, m in records if m.startswith('DEBUG canon_host')]
+    print(json.dumps({'debug_lines': bool(debug),
+                      'at_info': all(level == 'INFO' for level, m in records
+                                     if m.startswith('DEBUG'))}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [serde_json::json!({"debug_lines": true, "at_info": true})],
         "{out}"
     );
 }

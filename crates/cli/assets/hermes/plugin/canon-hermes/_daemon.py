@@ -369,7 +369,10 @@ class Daemon:
         for raw in self.proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip()
             level = logging.getLevelName((line.split() or [""])[0].upper())  # `LEVEL target: message`
-            daemon_log.log(level if isinstance(level, int) else logging.INFO, "%s", line)
+            # The daemon's own filter (`RUST_LOG`) already chose what it writes; a DEBUG or TRACE
+            # line it wrote was asked for, and Hermes' loggers would drop it below INFO.
+            level = max(level, logging.INFO) if isinstance(level, int) else logging.INFO
+            daemon_log.log(level, "%s", line)
 
 
 class Supervisor:
