@@ -43,6 +43,8 @@ pub(crate) struct InboxState {
     /// The turns the daemon before this one opened and never closed, by Hermes session key:
     /// their conversation and Canon messages.
     inherited: HashMap<String, (String, Vec<String>)>,
+    /// Inherited turns a message-less turn took as Hermes' resume, until that turn closes.
+    resuming: HashMap<String, (String, Vec<String>)>,
 }
 
 impl InboxState {
@@ -108,7 +110,8 @@ impl Session {
             .chain(absorbed_refs.iter().map(String::as_str))
             .collect();
         self.settle_started(&refs, now_ms, &mut effects);
-        if let Some((_, mut ids)) = self.inbox.inherited.remove(&start.session_key) {
+        self.inbox.resuming.remove(&start.session_key);
+        if let Some((conversation, mut ids)) = self.inbox.inherited.remove(&start.session_key) {
             if start.message_id.is_none()
                 && start.absorbed_message_ids.is_empty()
                 && !ids.is_empty()
@@ -118,6 +121,9 @@ impl Session {
                     messages = ids.len(),
                     "the session's resume answers its interrupted turn's messages"
                 );
+                self.inbox
+                    .resuming
+                    .insert(start.session_key.clone(), (conversation, ids.clone()));
                 start.message_id = Some(ids.remove(0));
                 start.absorbed_message_ids = ids;
             }
@@ -139,21 +145,40 @@ impl Session {
     /// still queued were discarded (their frames stay unsettled, so they are replayed). Else the
     /// turn is closed, and with an empty queue every message still held for the session was
     /// let go by Hermes (a stop dropped its queue): handled.
+    ///
+    /// `answered`: the turn got past `thinking` (it streamed, ran a tool or waited for a human).
+    /// A restarted Hermes runs its resume of a session in two passes, the first of which
+    /// returns at once (the runner had pre-claimed the session's slot, so the event is queued
+    /// behind itself) and answers nothing. When the turn that took the inherited messages as
+    /// that resume closes unanswered, the messages stay inherited (and open in the journal) for
+    /// the next message-less turn of the session, the real resume.
     pub(super) fn inbox_turn_closed(
         &mut self,
         session_key: &str,
         queue_depth: u32,
         draining: bool,
+        answered: bool,
         now_ms: u64,
     ) -> Vec<SessionEffect> {
         self.inbox.inherited.remove(session_key);
+        let resumed = self.inbox.resuming.remove(session_key);
         tracing::debug!(
             session_key,
             queue_depth,
             draining,
+            answered,
             "inbox: the session's turn closed"
         );
         if draining {
+            return Vec::new();
+        }
+        if let Some(resumed) = resumed.filter(|_| !answered) {
+            tracing::info!(
+                session_key,
+                "the session's resume pass answered nothing; its interrupted turn's messages wait \
+                 for the next pass"
+            );
+            self.inbox.inherited.insert(session_key.to_owned(), resumed);
             return Vec::new();
         }
         let mut effects = vec![SessionEffect::Inbox(vec![Record::TurnClosed {
@@ -198,6 +223,7 @@ impl Session {
     pub(super) fn inbox_resynced<'a>(&mut self, sessions: impl Iterator<Item = &'a str>) {
         for session in sessions {
             self.inbox.inherited.remove(session);
+            self.inbox.resuming.remove(session);
         }
     }
 

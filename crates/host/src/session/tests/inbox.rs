@@ -204,6 +204,38 @@ fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
     assert_eq!(published_active(&later), Vec::<String>::new());
 }
 
+/// Fault harness finding (issue 16): a restarted Hermes resumes a session in two passes, the
+/// first of which closes at once without an answer. The interrupted turn's message must stay
+/// with the resume, so the pass that really answers replies to it.
+#[test]
+fn a_resume_pass_that_answers_nothing_leaves_the_messages_to_the_next_pass() {
+    let mut open = OpenTurns::default();
+    open.open(&session_key("c1"), "c1", &["m-7".to_owned()]);
+    let mut daemon = Daemon::connected();
+    daemon
+        .session
+        .inbox_resume(None, HandledSet::default(), &open);
+    daemon.connect();
+    let first = daemon.handle_effects(turn_start_line("t1", "c1", None));
+    assert_eq!(published_active(&first), vec!["m-7".to_owned()]);
+    // The first pass ends while still `thinking`: nothing streamed, no tool ran.
+    let complete = protocol::encode_request(
+        "t2",
+        "turn.complete",
+        json!({"event_ref": "shim:t1", "session_key": session_key("c1"), "outcome": "success",
+               "queue_depth": 1}),
+    );
+    let closed = daemon.handle_effects(SessionInput::Line(complete.into_bytes()));
+    assert!(
+        !records(&closed).contains(&Record::TurnClosed {
+            session_key: session_key("c1"),
+        }),
+        "the interrupted turn stays open in the journal"
+    );
+    let second = daemon.handle_effects(turn_start_line("t3", "c1", None));
+    assert_eq!(published_active(&second), vec!["m-7".to_owned()]);
+}
+
 #[test]
 fn a_message_hermes_queued_settles_when_its_turn_starts_and_not_at_a_gateway_stop() {
     let mut daemon = Daemon::connected();
