@@ -826,15 +826,12 @@ impl Session {
                 let mut cancelled = self.hitl.cancel_session(Some(&complete.session_key));
                 cancelled.extend(self.cancel_tool_waits(Some(&complete.session_key)));
                 let mut effects = vec![SessionEffect::CancelHitl(cancelled)];
-                let answered = !matches!(
-                    self.machine.turn_state(&complete.session_key),
-                    None | Some(canon_wire::types::TurnState::Thinking)
-                );
+                let last_state = self.machine.turn_state(&complete.session_key);
                 effects.extend(self.inbox_turn_closed(
                     &complete.session_key,
                     complete.queue_depth,
                     complete.draining,
-                    answered,
+                    last_state,
                     now_ms,
                 ));
                 effects.extend(self.feed(

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use canon_inbox::{HandledSet, OpenTurns, Record, Ticket, Tracker};
 use canon_wire::events::EventKind;
+use canon_wire::types::TurnState;
 
 use super::{Session, SessionEffect};
 use crate::protocol::InboundMessage;
@@ -146,8 +147,13 @@ impl Session {
     /// turn is closed, and with an empty queue every message still held for the session was
     /// let go by Hermes (a stop dropped its queue): handled.
     ///
-    /// `answered`: the turn got past `thinking` (it streamed, ran a tool or waited for a human).
-    /// A restarted Hermes runs its resume of a session in two passes, the first of which
+    /// A turn that streamed its answer (last state `streaming`) is closed even while draining:
+    /// its final goes out now, so its messages are answered, and a resume of the session after
+    /// the restart continues a conversation that needs no inherited message.
+    ///
+    /// `last_state` is the turn's last published state; past `thinking`, it got somewhere (it
+    /// streamed, ran a tool or waited for a human). A restarted Hermes runs its resume of a
+    /// session in two passes, the first of which
     /// returns at once (the runner had pre-claimed the session's slot, so the event is queued
     /// behind itself) and answers nothing. When the turn that took the inherited messages as
     /// that resume closes unanswered, the messages stay inherited (and open in the journal) for
@@ -157,19 +163,26 @@ impl Session {
         session_key: &str,
         queue_depth: u32,
         draining: bool,
-        answered: bool,
+        last_state: Option<TurnState>,
         now_ms: u64,
     ) -> Vec<SessionEffect> {
         self.inbox.inherited.remove(session_key);
         let resumed = self.inbox.resuming.remove(session_key);
+        let answered = !matches!(last_state, None | Some(TurnState::Thinking));
         tracing::debug!(
             session_key,
             queue_depth,
             draining,
-            answered,
+            ?last_state,
             "inbox: the session's turn closed"
         );
         if draining {
+            // The queue was discarded either way: its messages stay unsettled (replayed).
+            if last_state == Some(TurnState::Streaming) {
+                return vec![SessionEffect::Inbox(vec![Record::TurnClosed {
+                    session_key: session_key.to_owned(),
+                }])];
+            }
             return Vec::new();
         }
         if let Some(resumed) = resumed.filter(|_| !answered) {

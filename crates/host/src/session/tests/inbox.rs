@@ -236,6 +236,50 @@ fn a_resume_pass_that_answers_nothing_leaves_the_messages_to_the_next_pass() {
     assert_eq!(published_active(&second), vec!["m-7".to_owned()]);
 }
 
+/// Fault harness finding (issue 16): a turn that streamed its answer and closed while the
+/// gateway drained was kept open for Hermes' resume, so the resume after the restart was
+/// counted as a second answer to a message already answered. Only a turn cut before it
+/// streamed stays open.
+#[test]
+fn a_turn_that_streamed_its_answer_before_the_stop_is_not_left_to_the_resume() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let close = |id: &str, conversation: &str| {
+        let line = protocol::encode_request(
+            id,
+            "turn.complete",
+            json!({"event_ref": format!("shim:open-{conversation}"),
+                   "session_key": session_key(conversation), "outcome": "success",
+                   "queue_depth": 0, "draining": true}),
+        );
+        SessionInput::Line(line.into_bytes())
+    };
+    for conversation in ["c1", "c2"] {
+        let start = turn_start_line(&format!("open-{conversation}"), conversation, Some("m-1"));
+        let _ = daemon.handle_effects(start);
+    }
+    // c1's answer streams; c2's turn is cut while still thinking.
+    let send = protocol::encode_request(
+        "s1",
+        "adapter.send",
+        json!({"chat_id": "c1", "content": "The answer", "reply_to": "m-1",
+               "metadata": {"expect_edits": true},
+               "ctx": {"session_key": session_key("c1"), "chat_id": "c1"}}),
+    );
+    let _ = daemon.handle_effects(SessionInput::Line(send.into_bytes()));
+    let streamed = records(&daemon.handle_effects(close("t1", "c1")));
+    let cut = records(&daemon.handle_effects(close("t2", "c2")));
+    assert_eq!(
+        (streamed, cut),
+        (
+            vec![Record::TurnClosed {
+                session_key: session_key("c1")
+            }],
+            vec![]
+        )
+    );
+}
+
 #[test]
 fn a_message_hermes_queued_settles_when_its_turn_starts_and_not_at_a_gateway_stop() {
     let mut daemon = Daemon::connected();
