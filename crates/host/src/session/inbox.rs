@@ -153,9 +153,8 @@ impl Session {
     ///
     /// `last_state` is the turn's last published state; past `thinking`, it got somewhere (it
     /// streamed, ran a tool or waited for a human). A restarted Hermes runs its resume of a
-    /// session in two passes, the first of which
-    /// returns at once (the runner had pre-claimed the session's slot, so the event is queued
-    /// behind itself) and answers nothing. When the turn that took the inherited messages as
+    /// session in two passes, the first of which returns at once (the runner had pre-claimed
+    /// the session's slot, so the event is queued behind itself) and answers nothing. When the turn that took the inherited messages as
     /// that resume closes unanswered, the messages stay inherited (and open in the journal) for
     /// the next message-less turn of the session, the real resume.
     pub(super) fn inbox_turn_closed(

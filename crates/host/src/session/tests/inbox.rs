@@ -157,6 +157,40 @@ fn turn_start_line(id: &str, conversation: &str, message: Option<&str>) -> Sessi
 }
 
 /// The active message ids of the first `/runtime/turn` publish among `effects`.
+/// A `turn.complete` of `conversation`'s session for the turn opened under `event_ref`.
+fn turn_complete_line(
+    id: &str,
+    event_ref: &str,
+    conversation: &str,
+    queue_depth: u32,
+    draining: bool,
+) -> SessionInput {
+    let mut body = json!({"event_ref": event_ref, "session_key": session_key(conversation),
+                          "outcome": "success", "queue_depth": queue_depth});
+    if draining {
+        body["draining"] = json!(true);
+    }
+    SessionInput::Line(protocol::encode_request(id, "turn.complete", body).into_bytes())
+}
+
+/// A connected daemon whose predecessor left open one turn per `(conversation, message)`.
+fn inheriting(turns: &[(&str, &str)]) -> Daemon {
+    let mut open = OpenTurns::default();
+    for (conversation, message) in turns {
+        open.open(
+            &session_key(conversation),
+            conversation,
+            &[(*message).to_owned()],
+        );
+    }
+    let mut daemon = Daemon::connected();
+    daemon
+        .session
+        .inbox_resume(None, HandledSet::default(), &open);
+    daemon.connect();
+    daemon
+}
+
 fn published_active(effects: &[SessionEffect]) -> Vec<String> {
     effects
         .iter()
@@ -170,14 +204,7 @@ fn published_active(effects: &[SessionEffect]) -> Vec<String> {
 #[test]
 fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
     // The daemon before a gateway restart opened a turn for m-7 and never closed it.
-    let mut open = OpenTurns::default();
-    open.open(&session_key("c1"), "c1", &["m-7".to_owned()]);
-    open.open(&session_key("c2"), "c2", &["m-9".to_owned()]);
-    let mut daemon = Daemon::connected();
-    daemon
-        .session
-        .inbox_resume(None, HandledSet::default(), &open);
-    daemon.connect();
+    let mut daemon = inheriting(&[("c1", "m-7"), ("c2", "m-9")]);
     // Hermes resumes c1's session with an event naming no message: that turn answers m-7.
     let resumed = daemon.handle_effects(turn_start_line("t1", "c1", None));
     assert_eq!(published_active(&resumed), vec!["m-7".to_owned()]);
@@ -190,13 +217,7 @@ fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
     // inheritance ends.
     let fresh = daemon.handle_effects(turn_start_line("t2", "c2", Some("m-10")));
     assert_eq!(published_active(&fresh), vec!["m-10".to_owned()]);
-    let complete = protocol::encode_request(
-        "t3",
-        "turn.complete",
-        json!({"event_ref": "shim:t2", "session_key": session_key("c2"), "outcome": "success",
-               "queue_depth": 0}),
-    );
-    let closed = daemon.handle_effects(SessionInput::Line(complete.into_bytes()));
+    let closed = daemon.handle_effects(turn_complete_line("t3", "shim:t2", "c2", 0, false));
     assert!(records(&closed).contains(&Record::TurnClosed {
         session_key: session_key("c2"),
     }));
@@ -209,23 +230,11 @@ fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
 /// with the resume, so the pass that really answers replies to it.
 #[test]
 fn a_resume_pass_that_answers_nothing_leaves_the_messages_to_the_next_pass() {
-    let mut open = OpenTurns::default();
-    open.open(&session_key("c1"), "c1", &["m-7".to_owned()]);
-    let mut daemon = Daemon::connected();
-    daemon
-        .session
-        .inbox_resume(None, HandledSet::default(), &open);
-    daemon.connect();
+    let mut daemon = inheriting(&[("c1", "m-7")]);
     let first = daemon.handle_effects(turn_start_line("t1", "c1", None));
     assert_eq!(published_active(&first), vec!["m-7".to_owned()]);
     // The first pass ends while still `thinking`: nothing streamed, no tool ran.
-    let complete = protocol::encode_request(
-        "t2",
-        "turn.complete",
-        json!({"event_ref": "shim:t1", "session_key": session_key("c1"), "outcome": "success",
-               "queue_depth": 1}),
-    );
-    let closed = daemon.handle_effects(SessionInput::Line(complete.into_bytes()));
+    let closed = daemon.handle_effects(turn_complete_line("t2", "shim:t1", "c1", 1, false));
     assert!(
         !records(&closed).contains(&Record::TurnClosed {
             session_key: session_key("c1"),
@@ -245,14 +254,13 @@ fn a_turn_that_streamed_its_answer_before_the_stop_is_not_left_to_the_resume() {
     let mut daemon = Daemon::connected();
     daemon.connect();
     let close = |id: &str, conversation: &str| {
-        let line = protocol::encode_request(
+        turn_complete_line(
             id,
-            "turn.complete",
-            json!({"event_ref": format!("shim:open-{conversation}"),
-                   "session_key": session_key(conversation), "outcome": "success",
-                   "queue_depth": 0, "draining": true}),
-        );
-        SessionInput::Line(line.into_bytes())
+            &format!("shim:open-{conversation}"),
+            conversation,
+            0,
+            true,
+        )
     };
     for conversation in ["c1", "c2"] {
         let start = turn_start_line(&format!("open-{conversation}"), conversation, Some("m-1"));
@@ -307,16 +315,8 @@ fn a_message_hermes_queued_settles_when_its_turn_starts_and_not_at_a_gateway_sto
     assert_eq!(records(&answered), vec![], "queued: not handled yet");
     // The gateway stops while the message waits: nothing settles, so the next daemon's stream
     // replays it.
-    let stop = protocol::encode_request(
-        "t0",
-        "turn.complete",
-        json!({"event_ref": "shim:other", "session_key": session_key("c1"),
-               "outcome": "success", "queue_depth": 0, "draining": true}),
-    );
-    assert_eq!(
-        records(&daemon.handle_effects(SessionInput::Line(stop.into_bytes()))),
-        vec![]
-    );
+    let stop = turn_complete_line("t0", "shim:other", "c1", 0, true);
+    assert_eq!(records(&daemon.handle_effects(stop)), vec![]);
     assert_eq!(daemon.session.inbox_cursor(), None);
     // Without the stop, its turn starting hands it over for good.
     let start = protocol::encode_request(
@@ -343,13 +343,7 @@ fn a_message_hermes_queued_settles_when_its_turn_starts_and_not_at_a_gateway_sto
 
 #[test]
 fn an_answer_redelivered_after_a_restart_replies_to_its_interrupted_turns_message() {
-    let mut open = OpenTurns::default();
-    open.open(&session_key("c1"), "c1", &["m-7".to_owned()]);
-    let mut daemon = Daemon::connected();
-    daemon
-        .session
-        .inbox_resume(None, HandledSet::default(), &open);
-    daemon.connect();
+    let mut daemon = inheriting(&[("c1", "m-7")]);
     // Hermes' recovered-final redelivery: a send outside any session, replying to nothing.
     let send = |id: &str| {
         SessionInput::Line(
