@@ -21,7 +21,8 @@
 //! Invariants:
 //! - No I/O, no clock, no global state; the same input always gives the same result.
 //! - Never panics on any input, however deeply nested; recursion depth is bounded by the card
-//!   schema, and the size measurement and `kind` rendering are iterative.
+//!   schema, and the size measurement, the cache warm-up before the walk and `kind` rendering
+//!   are iterative.
 //! - Depends on nothing of ours and on neither tokio nor hyper.
 //! - serde_json is built with `preserve_order` (M05 order follows the document) and
 //!   `float_roundtrip` (numbers parse to the same doubles as `JSON.parse`).
