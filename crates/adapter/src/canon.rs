@@ -5,17 +5,18 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use canon_host::delivery;
 use canon_host::turn::{Delivery, DeliveryFailure, Effect};
 use canon_transport::{CanonClient, ClientConfig, DurableRequest, TransportError};
 use canon_wire::types::{delivered_message_id, DurableCall, NoReplyRecord, StreamingUpdate};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::config::{
     CLOSING_PUBLISH_RETRY_DELAYS, DISPOSITION_RETRY_DELAYS, IDLE_LANES, MAX_DISPOSITION_RETRIES,
-    MAX_LANE_WRITES, NO_REPLY_RECORD_BUDGET,
+    MAX_LANE_WRITES, NO_REPLY_RECORD_BUDGET, PREVIEW_WRITE_BUDGET,
 };
 use crate::Config;
 
@@ -44,7 +45,10 @@ struct Lane {
 /// queues behind the writes the same input made before it, in their
 /// conversations (the writes it follows); a reply that follows none goes
 /// out at once. A lane holding [`MAX_LANE_WRITES`] drops further writes
-/// (they are best effort) but never a reply.
+/// (they are best effort) but never a reply. A live-preview write holds its
+/// lane for at most [`PREVIEW_WRITE_BUDGET`]; once the daemon exits
+/// ([`Writes::exit`]) previews are dropped, in flight or queued, so the
+/// closing publishes and replies behind them go out within the exit grace.
 pub(crate) struct Writes {
     out: mpsc::Sender<String>,
     lanes: HashMap<String, Lane>,
@@ -53,18 +57,34 @@ pub(crate) struct Writes {
     retrying: Arc<AtomicUsize>,
     /// The conversations the current input wrote to so far, in order.
     touched: Vec<String>,
+    /// Set once the daemon exits: the lanes stop writing previews.
+    exiting: watch::Sender<bool>,
+    preview_budget: Duration,
 }
 
 impl Writes {
     /// No lanes yet; replies go to `out`.
     pub(crate) fn new(out: mpsc::Sender<String>) -> Writes {
+        Writes::with_preview_budget(out, PREVIEW_WRITE_BUDGET)
+    }
+
+    /// [`Writes::new`] with another [`PREVIEW_WRITE_BUDGET`] (tests).
+    pub(crate) fn with_preview_budget(out: mpsc::Sender<String>, budget: Duration) -> Writes {
         Writes {
             out,
             lanes: HashMap::new(),
             tasks: JoinSet::new(),
             retrying: Arc::new(AtomicUsize::new(0)),
             touched: Vec::new(),
+            exiting: watch::channel(false).0,
+            preview_budget: budget,
         }
+    }
+
+    /// The daemon exits: live previews are stale from now on, and none may keep a closing
+    /// publish or a reply behind it past the exit grace.
+    pub(crate) fn exit(&self) {
+        self.exiting.send_replace(true);
     }
 
     /// A new input begins: its replies follow only its own writes.
@@ -149,6 +169,7 @@ impl Writes {
                 Arc::clone(&held),
                 self.out.clone(),
                 Arc::clone(&self.retrying),
+                (self.exiting.subscribe(), self.preview_budget),
             ));
             self.lanes
                 .insert(conversation.to_owned(), Lane { jobs, held });
@@ -196,19 +217,48 @@ fn write_conversation(effect: &Effect) -> &str {
         | Effect::PauseTyping { conversation_id }
         | Effect::ResumeTyping { conversation_id } => conversation_id,
         Effect::Deliver(delivery) => &delivery.conversation_id,
-        Effect::Reply { .. } | Effect::TurnClosed { .. } => "",
+        Effect::Reply { .. } | Effect::TurnClosed { .. } | Effect::FinalStored { .. } => "",
     }
 }
 
-/// One conversation's lane: its jobs in order, one at a time.
+/// Whether `effect` only refreshes the live preview of a turn (its text, the typing
+/// indicator, a state that is not a closing one): a later write of the same kind replaces it.
+fn is_preview(effect: &Effect) -> bool {
+    match effect {
+        Effect::Streaming(_) | Effect::Typing(_) => true,
+        Effect::PublishTurn(update) => !update.state.is_closing(),
+        _ => false,
+    }
+}
+
+/// One conversation's lane: its jobs in order, one at a time. A preview write gets
+/// `preview_budget` and is dropped once `exiting` is set.
 async fn run_lane(
     mut jobs: mpsc::UnboundedReceiver<LaneJob>,
     held: Arc<AtomicUsize>,
     out: mpsc::Sender<String>,
     retrying: Arc<AtomicUsize>,
+    (mut exiting, preview_budget): (watch::Receiver<bool>, Duration),
 ) {
     while let Some(job) = jobs.recv().await {
         match job {
+            LaneJob::Write { client, effect } if is_preview(&effect) => {
+                if !*exiting.borrow() {
+                    let write =
+                        tokio::time::timeout(preview_budget, write_one(client, effect, &retrying));
+                    tokio::select! {
+                        done = write => if done.is_err() {
+                            tracing::warn!(
+                                budget_ms = preview_budget.as_millis() as u64,
+                                "live-preview Canon write abandoned: over its budget"
+                            );
+                        },
+                        _ = exiting.wait_for(|exiting| *exiting) => {
+                            tracing::debug!("live-preview Canon write abandoned: exiting");
+                        }
+                    }
+                }
+            }
             LaneJob::Write { client, effect } => write_one(client, effect, &retrying).await,
             LaneJob::Respond(line) => send_out(&out, line).await,
             LaneJob::Barrier(done) => {
@@ -406,6 +456,117 @@ mod tests {
             drop(held);
         });
         CanonClient::new(ClientConfig::new(&url, &url, ApiKey::new("k"))).expect("a client")
+    }
+
+    /// A Canon that answers every request `200 {}` and records its path, except `/streaming`
+    /// requests, which it reads and never answers.
+    fn canon_hanging_previews() -> (CanonClient, Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        let answered = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = Arc::clone(&answered);
+        std::thread::spawn(move || {
+            let mut hung = Vec::new();
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream);
+                let (mut head, mut line) = (Vec::new(), String::new());
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    head.push(std::mem::take(&mut line));
+                }
+                let length = head
+                    .iter()
+                    .find_map(|h| {
+                        h.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
+                let mut body = vec![0; length];
+                let _ = reader.read_exact(&mut body);
+                let path = head
+                    .first()
+                    .and_then(|l| l.split(' ').nth(1))
+                    .unwrap_or_default()
+                    .to_owned();
+                let mut stream = reader.into_inner();
+                if path == "/streaming" {
+                    hung.push(stream);
+                    continue;
+                }
+                seen.lock().expect("lock").push(path);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+                );
+            }
+        });
+        let client =
+            CanonClient::new(ClientConfig::new(&url, &url, ApiKey::new("k"))).expect("a client");
+        (client, answered)
+    }
+
+    fn preview(conversation: &str) -> Effect {
+        Effect::Streaming(StreamingUpdate::Blank {
+            conversation_id: conversation.to_owned(),
+            turn_id: Some("hermes-1".to_owned()),
+        })
+    }
+
+    fn closing(conversation: &str) -> Effect {
+        Effect::PublishTurn(canon_wire::types::TurnUpdate {
+            conversation_id: conversation.to_owned(),
+            state: canon_wire::types::TurnState::Completed,
+            turn_id: Some("hermes-1".to_owned()),
+            queue_depth: 0,
+            active_message_ids: None,
+            capabilities: canon_wire::types::TurnCapabilities::for_state(
+                canon_wire::types::TurnState::Completed,
+                true,
+            ),
+            opened_at: Some(1),
+            turn_updated_at: 2,
+        })
+    }
+
+    /// Fault harness finding (issue 16): a preview write that Canon never answers held its
+    /// conversation's lane for the client's 30 s read timeout, and a gateway restart meanwhile
+    /// ended the daemon with the turn's closing publish (and the reply releasing Hermes' final
+    /// send) still queued behind it: the turn stayed open in Canon. A hung preview now gives
+    /// way after its budget, and at once when the daemon exits.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_hung_preview_gives_way_to_the_closing_publish_after_its_budget_or_at_exit() {
+        let (client, answered) = canon_hanging_previews();
+        // Within the budget: the lane moves on by itself.
+        let (out, mut lines) = mpsc::channel(8);
+        let mut writes = Writes::with_preview_budget(out, Duration::from_millis(300));
+        writes.begin_input();
+        writes.write(client.clone(), preview("c1"));
+        writes.write(client.clone(), closing("c1"));
+        assert_eq!(writes.reply("turn.complete answered".to_owned()), None);
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.recv()).await;
+        assert_eq!(
+            line.ok().flatten().as_deref(),
+            Some("turn.complete answered")
+        );
+        assert_eq!(*answered.lock().expect("lock"), ["/runtime/turn"]);
+
+        // At exit: an in-flight preview is dropped at once, and so is a queued one.
+        let (out, mut lines) = mpsc::channel(8);
+        let mut writes = Writes::with_preview_budget(out, Duration::from_secs(3_600));
+        writes.begin_input();
+        writes.write(client.clone(), preview("c2"));
+        writes.write(client.clone(), preview("c2"));
+        writes.write(client.clone(), closing("c2"));
+        assert_eq!(writes.reply("second answered".to_owned()), None);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        writes.exit();
+        let finished = tokio::time::timeout(Duration::from_secs(10), writes.finish()).await;
+        assert!(finished.is_ok(), "the lane finished within the wait");
+        assert_eq!(lines.recv().await.as_deref(), Some("second answered"));
+        assert_eq!(
+            *answered.lock().expect("lock"),
+            ["/runtime/turn", "/runtime/turn"]
+        );
     }
 
     fn read(conversation: &str) -> Effect {

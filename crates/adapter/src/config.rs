@@ -18,6 +18,13 @@ pub const CHANNEL_FRAMES: usize = 256;
 /// (hermes-host.md §19.3).
 pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 
+/// How long one live-preview write (`/streaming`, `/typing`, a `/runtime/turn` state that is
+/// not a closing one) may hold its conversation's lane. A preview older than this is stale, and
+/// everything behind it in the lane (the turn's closing publish, the replies that release
+/// Hermes' final send) waits for it; Canon's 30 s read timeout would make one hung preview
+/// delay an answer by half a minute.
+pub const PREVIEW_WRITE_BUDGET: Duration = Duration::from_secs(5);
+
 /// Budget of the `no_reply` silence record (turns.md §8.4).
 pub const NO_REPLY_RECORD_BUDGET: Duration = Duration::from_secs(3);
 

@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 use canon_sim::config::SimConfig;
 use canon_sim::control::Injection;
 use canon_sim::faults::FaultRule;
+use canon_sim::journal::JOURNAL_CAP;
 use canon_sim::model::{ModelServer, Script};
 use canon_sim::state::{ConversationSpec, State};
 use canon_sim::{Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
@@ -356,12 +357,24 @@ fn finals_in(s: &State) -> Vec<Final> {
 /// Per Canon turn id: its conversation, states in order and every active message id listed.
 type Turns = BTreeMap<String, (String, Vec<String>, Vec<String>)>;
 
+/// Every turn record the agent published, from the simulator's request journal (each accepted
+/// `POST /runtime/turn` body). The simulator's own `turnHistory` keeps only the newest
+/// records, which a long run outgrows: its first turns would look unanswered and unclosed.
+/// The journal is bounded too ([`JOURNAL_CAP`]); a run that outgrew it cannot be judged, and
+/// says so.
 fn turns_in(s: &State) -> Turns {
+    let entries = s.journal.since(0, Some("/runtime/turn"));
+    assert!(
+        s.journal.cursor() == s.journal.count(None, "") as u64,
+        "the simulator's journal dropped its oldest entries (more than {JOURNAL_CAP}); \
+         run fewer messages"
+    );
     let mut out = Turns::new();
-    for r in s
-        .turn_history
+    for r in entries
         .iter()
-        .filter(|r| r["agent"] == DEFAULT_AGENT)
+        .filter(|e| e.method == "POST" && e.status == 200)
+        .filter(|e| e.principal.as_deref() == Some(DEFAULT_AGENT))
+        .map(|e| &e.body)
     {
         let id = r["turnId"].as_str().unwrap_or_default().to_owned();
         let entry = out.entry(id).or_insert_with(|| {
@@ -601,7 +614,12 @@ impl Run {
                         .iter()
                         .any(|st| st == "completed" || st == "interrupted")
                 });
-                (covered, finals.len(), s.turn_history.len(), closed)
+                (
+                    covered,
+                    finals.len(),
+                    turns.values().map(|t| t.1.len()).sum::<usize>(),
+                    closed,
+                )
             });
             if (finals, records) != last_seen {
                 last_seen = (finals, records);

@@ -646,6 +646,10 @@ impl Session {
                         }),
                     )));
                 }
+                Effect::FinalStored {
+                    session_key,
+                    trigger_message_id,
+                } => out.extend(self.inbox_final_stored(&session_key, trigger_message_id)),
                 other => out.push(SessionEffect::Canon(other)),
             }
         }

@@ -1454,6 +1454,10 @@ impl TurnMachine {
                     turn.final_committed = true;
                     turn.activity.consume();
                     if let Some(closing) = turn.closing.as_mut() {
+                        out.push(Effect::FinalStored {
+                            session_key: closing.session_key.clone(),
+                            trigger_message_id: turn.trigger_message_id.clone(),
+                        });
                         closing.awaiting = None;
                         closing.handoff_at = Some(now.saturating_add(FINAL_HANDOFF_MS));
                         // The answer is stored: a turn a boundary closed is reported

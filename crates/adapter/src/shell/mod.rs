@@ -247,6 +247,7 @@ where
 
     tracing::info!(reason = exit_reason, "shutting down");
     reader.abort();
+    driver.writes.exit();
     let grace_end = tokio::time::Instant::now() + EXIT_GRACE;
     // Finals still in flight: their outcomes tell the turn machine which
     // turns are stored. Those, and the turns waiting out their handoff,

@@ -46,6 +46,9 @@ pub(crate) struct InboxState {
     inherited: HashMap<String, (String, Vec<String>)>,
     /// Inherited turns a message-less turn took as Hermes' resume, until that turn closes.
     resuming: HashMap<String, (String, Vec<String>)>,
+    /// The turn the journal holds open for each session of this daemon (its Canon messages,
+    /// the one that started it first), from its `TurnOpened` record until its `TurnClosed`.
+    open: HashMap<String, Vec<String>>,
 }
 
 impl InboxState {
@@ -97,8 +100,11 @@ impl Session {
     /// session by itself when it starts again, with an event that names no Canon message; the
     /// first turn of a session whose turn a predecessor left open, when its event names no
     /// message, is that resume and answers the cut-off turn's messages (without this, the
-    /// answer would reply to nothing and its messages would look unanswered). Any turn of the
-    /// session ends the inheritance. The turn's messages are journaled until it closes.
+    /// answer would reply to nothing and its messages would look unanswered). When the
+    /// session's first turn is a new message instead (Hermes resumed nothing, or the new
+    /// message came first), that turn runs on the transcript that holds the cut-off messages,
+    /// so it answers them too: they join its messages. Any turn of the session ends the
+    /// inheritance. The turn's messages are journaled until it closes.
     pub(super) fn inbox_turn_opened(
         &mut self,
         start: &mut ProcessingStart,
@@ -127,11 +133,27 @@ impl Session {
                     .insert(start.session_key.clone(), (conversation, ids.clone()));
                 start.message_id = Some(ids.remove(0));
                 start.absorbed_message_ids = ids;
+            } else {
+                ids.retain(|id| {
+                    start.message_id.as_ref() != Some(id)
+                        && !start.absorbed_message_ids.contains(id)
+                });
+                if !ids.is_empty() {
+                    tracing::info!(
+                        session_key = %start.session_key,
+                        messages = ids.len(),
+                        "the session's next turn answers its interrupted turn's messages too"
+                    );
+                    start.absorbed_message_ids.extend(ids);
+                }
             }
         }
         let mut message_ids: Vec<String> = start.message_id.iter().cloned().collect();
         message_ids.extend(start.absorbed_message_ids.iter().cloned());
         if !message_ids.is_empty() {
+            self.inbox
+                .open
+                .insert(start.session_key.clone(), message_ids.clone());
             effects.push(SessionEffect::Inbox(vec![Record::TurnOpened {
                 session_key: start.session_key.clone(),
                 conversation_id: start.conversation_id.clone(),
@@ -141,15 +163,17 @@ impl Session {
         effects
     }
 
-    /// The session's turn completed. While the gateway drains for a stop, the turn was cut off
-    /// (Hermes resumes it after the restart) and stays open in the journal, and the messages
-    /// still queued were discarded (their frames stay unsettled, so they are replayed). Else the
-    /// turn is closed, and with an empty queue every message still held for the session was
-    /// let go by Hermes (a stop dropped its queue): handled.
-    ///
-    /// A turn that streamed its answer (last state `streaming`) is closed even while draining:
-    /// its final goes out now, so its messages are answered, and a resume of the session after
-    /// the restart continues a conversation that needs no inherited message.
+    /// The session's turn completed. While the gateway drains for a stop, the messages still
+    /// queued were discarded (their frames stay unsettled, so they are replayed), and the turn
+    /// stays open in the journal until a stored final answers its messages
+    /// ([`Session::inbox_final_stored`]): a turn the stop cut off is answered after the restart
+    /// by Hermes' resume of the session, or by Hermes' redelivery of a final the stop kept from
+    /// Canon, and a successor can give either one the turn's messages only while the journal
+    /// holds them open. (Whether the turn got as far as streaming says nothing here: Hermes'
+    /// own shutdown notice streams into the chat, and a streamed answer whose final never
+    /// reached Canon is still unanswered.) Else the turn is closed, and with an empty queue
+    /// every message still held for the session was let go by Hermes (a stop dropped its
+    /// queue): handled.
     ///
     /// `last_state` is the turn's last published state; past `thinking`, it got somewhere (it
     /// streamed, ran a tool or waited for a human). A restarted Hermes runs its resume of a
@@ -176,12 +200,7 @@ impl Session {
             "inbox: the session's turn closed"
         );
         if draining {
-            // The queue was discarded either way: its messages stay unsettled (replayed).
-            if last_state == Some(TurnState::Streaming) {
-                return vec![SessionEffect::Inbox(vec![Record::TurnClosed {
-                    session_key: session_key.to_owned(),
-                }])];
-            }
+            // The queue was discarded: its messages stay unsettled (replayed).
             return Vec::new();
         }
         if let Some(resumed) = resumed.filter(|_| !answered) {
@@ -193,6 +212,7 @@ impl Session {
             self.inbox.inherited.insert(session_key.to_owned(), resumed);
             return Vec::new();
         }
+        self.inbox.open.remove(session_key);
         let mut effects = vec![SessionEffect::Inbox(vec![Record::TurnClosed {
             session_key: session_key.to_owned(),
         }])];
@@ -208,6 +228,31 @@ impl Session {
             self.settle_started(&refs, now_ms, &mut effects);
         }
         effects
+    }
+
+    /// A turn's final is stored in Canon. When it is the answer to the turn the journal holds
+    /// open for the session (the turn started with `trigger_message_id`), that turn is closed
+    /// there: a turn the gateway's stop closed is answered now, and a successor must not hand
+    /// its messages to Hermes' resume as well.
+    pub(super) fn inbox_final_stored(
+        &mut self,
+        session_key: &str,
+        trigger_message_id: Option<String>,
+    ) -> Vec<SessionEffect> {
+        let answers_open = trigger_message_id.is_some_and(|trigger| {
+            self.inbox
+                .open
+                .get(session_key)
+                .is_some_and(|ids| ids.first() == Some(&trigger))
+        });
+        if !answers_open {
+            return Vec::new();
+        }
+        self.inbox.open.remove(session_key);
+        tracing::debug!(session_key, "inbox: the open turn's final is stored");
+        vec![SessionEffect::Inbox(vec![Record::TurnClosed {
+            session_key: session_key.to_owned(),
+        }])]
     }
 
     /// A gateway that stopped before it could deliver a turn's answer sends it again after its
@@ -234,7 +279,10 @@ impl Session {
     /// themselves, not as resumes.
     pub(super) fn inbox_resynced<'a>(&mut self, sessions: impl Iterator<Item = &'a str>) {
         for session in sessions {
-            self.inbox.inherited.remove(session);
+            // The journal still holds the turn open, and this daemon now runs it.
+            if let Some((_, ids)) = self.inbox.inherited.remove(session) {
+                self.inbox.open.insert(session.to_owned(), ids);
+            }
             self.inbox.resuming.remove(session);
         }
     }

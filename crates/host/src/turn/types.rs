@@ -234,6 +234,16 @@ pub enum Effect {
         /// The closed turn.
         turn_id: String,
     },
+    /// A closing turn's final is stored in Canon (also reported when a resumed
+    /// turn's final turns out to have been stored by the daemon before). The
+    /// session's durable inbox closes the turn it holds open for its messages
+    /// only once an answer to them is stored.
+    FinalStored {
+        /// The session the turn ran in.
+        session_key: String,
+        /// The Canon message that started the turn, if any.
+        trigger_message_id: Option<String>,
+    },
     /// Answer a host request.
     Reply {
         /// The request.

@@ -213,10 +213,20 @@ fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
         conversation_id: "c1".into(),
         message_ids: vec!["m-7".into()],
     }));
-    // c2's human wrote again before any resume: that turn is the new message's alone, and the
-    // inheritance ends.
+    // c2's human wrote again before any resume: that turn runs on the transcript that holds
+    // m-9, so it answers m-9 too (fault harness finding, issue 16: the answer to the cut-off
+    // message came in the new message's turn, and m-9 counted as never answered). The
+    // inheritance ends there.
     let fresh = daemon.handle_effects(turn_start_line("t2", "c2", Some("m-10")));
-    assert_eq!(published_active(&fresh), vec!["m-10".to_owned()]);
+    assert_eq!(
+        published_active(&fresh),
+        vec!["m-10".to_owned(), "m-9".to_owned()]
+    );
+    assert!(records(&fresh).contains(&Record::TurnOpened {
+        session_key: session_key("c2"),
+        conversation_id: "c2".into(),
+        message_ids: vec!["m-10".into(), "m-9".into()],
+    }));
     let closed = daemon.handle_effects(turn_complete_line("t3", "shim:t2", "c2", 0, false));
     assert!(records(&closed).contains(&Record::TurnClosed {
         session_key: session_key("c2"),
@@ -245,12 +255,15 @@ fn a_resume_pass_that_answers_nothing_leaves_the_messages_to_the_next_pass() {
     assert_eq!(published_active(&second), vec!["m-7".to_owned()]);
 }
 
-/// Fault harness finding (issue 16): a turn that streamed its answer and closed while the
-/// gateway drained was kept open for Hermes' resume, so the resume after the restart was
-/// counted as a second answer to a message already answered. Only a turn cut before it
-/// streamed stays open.
+/// Fault harness findings (issue 16): a turn the gateway's stop closed is closed in the journal
+/// when its final is stored, and not before. Closing it at the drain because it had streamed
+/// lost the message when the final then never reached Canon (it waited behind a hung preview
+/// write until the daemon exited; Hermes redelivered it after the restart, and only an open
+/// turn lets the successor give that redelivery its message), and Hermes' own shutdown notice
+/// makes a turn look streamed. Keeping a streamed turn open after its final was stored let
+/// Hermes' resume answer its message a second time.
 #[test]
-fn a_turn_that_streamed_its_answer_before_the_stop_is_not_left_to_the_resume() {
+fn a_turn_the_stop_closed_stays_open_in_the_journal_until_its_final_is_stored() {
     let mut daemon = Daemon::connected();
     daemon.connect();
     let close = |id: &str, conversation: &str| {
@@ -266,25 +279,42 @@ fn a_turn_that_streamed_its_answer_before_the_stop_is_not_left_to_the_resume() {
         let start = turn_start_line(&format!("open-{conversation}"), conversation, Some("m-1"));
         let _ = daemon.handle_effects(start);
     }
-    // c1's answer streams; c2's turn is cut while still thinking.
+    // c1's answer streams and is finalized; c2's turn is cut while still thinking.
+    let ctx = json!({"platform": "canon", "session_key": session_key("c1"), "chat_id": "c1"});
     let send = protocol::encode_request(
         "s1",
         "adapter.send",
         json!({"chat_id": "c1", "content": "The answer", "reply_to": "m-1",
-               "metadata": {"expect_edits": true},
-               "ctx": {"session_key": session_key("c1"), "chat_id": "c1"}}),
+               "metadata": {"expect_edits": true}, "ctx": ctx}),
     );
     let _ = daemon.handle_effects(SessionInput::Line(send.into_bytes()));
-    let streamed = records(&daemon.handle_effects(close("t1", "c1")));
-    let cut = records(&daemon.handle_effects(close("t2", "c2")));
+    let finalize = protocol::encode_request(
+        "s2",
+        "adapter.edit",
+        json!({"chat_id": "c1", "message_id": "ignored", "content": "The answer",
+               "finalize": true, "metadata": null, "ctx": ctx}),
+    );
+    let sent = daemon.handle_effects(SessionInput::Line(finalize.into_bytes()));
+    let streamed_close = daemon.handle_effects(close("t1", "c1"));
+    let cut = daemon.handle_effects(close("t2", "c2"));
+    assert_eq!((records(&streamed_close), records(&cut)), (vec![], vec![]));
+    let op = sent
+        .iter()
+        .chain(&streamed_close)
+        .find_map(|e| match e {
+            SessionEffect::Canon(Effect::Deliver(d)) => Some(d.op),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("c1's final goes out: {sent:?} {streamed_close:?}"));
+    let stored = daemon.handle_effects(SessionInput::Delivered {
+        op,
+        result: Ok(Some("m-2".to_owned())),
+    });
     assert_eq!(
-        (streamed, cut),
-        (
-            vec![Record::TurnClosed {
-                session_key: session_key("c1")
-            }],
-            vec![]
-        )
+        records(&stored),
+        vec![Record::TurnClosed {
+            session_key: session_key("c1")
+        }]
     );
 }
 

@@ -53,6 +53,52 @@ fn final_part_carries_ids_metadata_and_authority() {
     assert!(!format!("{effects:?}").contains(&"t".repeat(40)));
 }
 
+/// The session's durable inbox closes the turn it journaled for the turn's messages only
+/// when an answer to them is stored: the machine says so once the final's delivery succeeded
+/// (naming the message that started the turn), and never for a final that failed.
+#[test]
+fn a_stored_final_is_reported_with_the_message_it_answers() {
+    let reported = |effects: &[Effect]| -> Vec<String> {
+        effects
+            .iter()
+            .filter(|e| matches!(e, Effect::FinalStored { .. }))
+            .map(describe)
+            .collect()
+    };
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    machine.handle(start(1, "m1", 1), 0);
+    machine.handle(edit(2, "Done.", true), 1);
+    let closing = machine.handle(complete(3, Outcome::Success), 2);
+    assert!(reported(&closing).is_empty(), "not stored yet: {closing:?}");
+    let op = delivery_op(&closing);
+    let stored = machine.handle(delivered(op), 3);
+    assert_eq!(reported(&stored), ["final.stored (conv-1) m1"]);
+
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    machine.handle(start(1, "m2", 2), 0);
+    machine.handle(edit(2, "Done.", true), 1);
+    let closing = machine.handle(complete(3, Outcome::Success), 2);
+    let op = delivery_op(&closing);
+    let lost = machine.handle(failed(op, FailureClass::Rejected), 3);
+    assert!(
+        reported(&lost).is_empty(),
+        "a failed final is no answer: {lost:?}"
+    );
+}
+
+/// The operation of the one delivery among `effects`.
+fn delivery_op(effects: &[Effect]) -> u64 {
+    let ops: Vec<u64> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Deliver(d) => Some(d.op.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ops.len(), 1, "one delivery: {effects:?}");
+    ops[0]
+}
+
 /// turns.md §3.6, §7.9: a 20 KB answer becomes ordered parts, only the last
 /// one `turn_complete`, in one operation.
 #[test]
