@@ -13,6 +13,7 @@
 //! | an inbound message offered while the gateway stops is refused as retryable, never handed to Hermes, and the restarted gateway gets it from the daemon's durable inbox | hermes-host.md §19.6, issue 16 |
 //! | the daemon's DEBUG lines, when its `RUST_LOG` asks for them, reach Hermes' logs (at INFO) | hermes-host.md §19.3 |
 //! | a message handed over during Hermes' startup restore waits in the runner's queue: a gateway stopped before the restore ran it gets it again after its restart | hermes-host.md §9.5, §19.6, issue 16 |
+//! | only a send that stored a message of its own marks the turn's durable send for a resync; a plain answer send staged into the final does not | hermes-host.md §19.10, reliability review M1, issue 16 |
 
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
@@ -513,6 +514,63 @@ asyncio.run(main())
     assert_eq!(
         reports(&out),
         [serde_json::json!({"debug_lines": true, "at_info": true})],
+        "{out}"
+    );
+}
+
+/// Fault harness finding (issue 16), reliability review M1. The shim tells a respawned daemon
+/// whether a turn made a durable send of its own (`durable_sent` in the resync), because such
+/// a send took one of the turn's message ids. Hermes' plain send of an answer inside a turn is
+/// staged into the turn's final (the daemon's answer is a marker or names the turn), so it took
+/// none; counting it let a daemon killed after the final was stored move the replayed final to
+/// the next id when Canon refused it (409) and store the answer twice. A media send does take
+/// an id, and still counts.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_a_send_that_stored_a_message_of_its_own_counts_as_the_turns_durable_send() {
+    let sim = sim().await;
+    let code = r#"
+import base64, tempfile
+async def until(check):
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+async def main():
+    got = []
+    a = await connected()
+    async def take(event):
+        got.append(event)
+    a.handle_message = take
+    SIM('messages', {'conversationId': CHAT, 'text': 'tell me, and show me'})
+    await until(lambda: got)
+    ev = got[0]
+    await a.on_processing_start(ev)
+    key = a._key(ev.source)
+    # Hermes runs the turn's sends inside its session context.
+    from gateway.session_context import set_session_vars
+    set_session_vars(platform='canon', chat_id=CHAT, session_key=key)
+    meta = {'reply_to_message_id': ev.message_id, 'notify': True}
+    plain = await a.send(CHAT, 'The answer, sent whole.', reply_to=ev.message_id, metadata=meta)
+    after_plain = bool(a._open[key].get('durable_sent'))
+    kept = 'first' in (a._answers.get(key) or {})  # the send was seen as the turn's
+    png = os.path.join(tempfile.mkdtemp(), 'dot.png')
+    with open(png, 'wb') as f:
+        f.write(base64.b64decode(
+            'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAghqMVwAAAABJRU5ErkJggg=='))
+    media = await a.send_image_file(CHAT, png, caption='A dot', reply_to=ev.message_id)
+    after_media = bool(a._open[key].get('durable_sent'))
+    await a.disconnect()
+    print(json.dumps({'plain_ok': plain.success, 'kept': kept, 'after_plain': after_plain,
+                      'media_ok': media.success, 'after_media': after_media}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"plain_ok": true, "kept": true, "after_plain": false,
+                            "media_ok": true, "after_media": true})
+        ],
         "{out}"
     );
 }

@@ -35,6 +35,8 @@ from ._tools import tool_availability
 
 OGG = {"audio/ogg": ".ogg", "audio/opus": ".ogg"}  # Hermes' transcription refuses .oga and .opus
 RESENDABLE = ("adapter.send", "adapter.edit")  # idempotent after a respawn (see `_forward`)
+# `raw_response` markers of a send the daemon answered without storing a message of its own.
+NOT_DURABLE = ("suppressedAuxiliary", "silenced", "duplicateFinal")
 LIMITS = MANIFEST.get("adapter", {})
 INSTANCES = itertools.count(1)  # `adapter_instance`: one number per adapter object
 
@@ -294,8 +296,14 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         if kind == "adapter.send_media" or (kind == "adapter.send" and not meta.get("expect_edits")):
             # A durable send takes one of the turn's message ids: a respawned daemon must not
             # take a message already stored under the final's id for that final (`resync`).
+            # A send the daemon staged into the turn's answer (its answer names the turn, as
+            # a preview does) or suppressed (a marker in `raw_response`) took none; counting
+            # it made a respawned daemon store a final a second time under the next id when
+            # Canon refused the replay of the first for a metadata difference.
+            raw = result.get("raw_response") or {}
+            took_an_id = not any(raw.get(marker) for marker in NOT_DURABLE)
             for turn in (self._open.get(key), (self._before.get(key) or (None,))[0]):
-                if turn is not None:
+                if turn is not None and took_an_id and result.get("message_id") != turn.get("turn_id"):
                     turn["durable_sent"] = True
         if kind not in RESENDABLE:
             return
