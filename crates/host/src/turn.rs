@@ -323,6 +323,9 @@ struct Closing {
     session_key: String,
     /// [`Effect::TurnClosed`] went out already (at the final's delivery).
     reported: bool,
+    /// The adapter disconnected while the final was in flight: its request
+    /// is answered, and the final's outcome closes the turn at once.
+    disconnected: bool,
     awaiting: Option<OpId>,
     handoff_at: Option<u64>,
 }
@@ -858,6 +861,7 @@ impl TurnMachine {
             request,
             session_key: session_key.to_owned(),
             reported: false,
+            disconnected: false,
             awaiting: None,
             handoff_at: None,
         };
@@ -1463,7 +1467,7 @@ impl TurnMachine {
                         // The answer is stored: a turn a boundary closed is reported
                         // now, not after the handoff wait, so a daemon killed during
                         // that wait is not handed the turn again.
-                        if closing.request.is_none() {
+                        if closing.request.is_none() && !closing.reported {
                             closing.reported = true;
                             out.push(Effect::TurnClosed {
                                 session_key: closing.session_key.clone(),
@@ -1471,7 +1475,12 @@ impl TurnMachine {
                             });
                         }
                     }
-                    self.closing.push(turn);
+                    if turn.closing.as_ref().is_some_and(|c| c.disconnected) {
+                        // Nobody waits out a handoff any more: close it now.
+                        finish_close(turn, self.config, now, out);
+                    } else {
+                        self.closing.push(turn);
+                    }
                 }
                 Err(failure) => {
                     tracing::warn!(turn_id = %turn.id, error = %failure.error, "final delivery failed");
@@ -1817,11 +1826,20 @@ impl TurnMachine {
         // A turn that is closing and whose final is stored (or that had none)
         // is done deciding: its clear and closing publish go out now, so a
         // gateway stop does not leave Canon showing the agent at work. One
-        // whose final is still in flight is dropped like every open turn.
+        // whose final is still in flight (a retry after an ambiguous failure)
+        // is answered now but kept: the final's outcome, which the daemon's
+        // exit grace still waits for, publishes its closing state and tells
+        // the durable inbox the answer is stored (fault harness finding,
+        // issue 16: dropping it left the turn working in Canon and open in
+        // the inbox, and the restarted gateway's resume answered it again).
         self.finish_closings(now, out, |c| c.awaiting.is_none());
-        for turn in std::mem::take(&mut self.closing) {
-            if let Some(request) = turn.closing.and_then(|c| c.request) {
-                out.push(reply(request, HostReply::Done));
+        for turn in &mut self.closing {
+            if let Some(closing) = turn.closing.as_mut() {
+                if let Some(request) = closing.request.take() {
+                    out.push(reply(request, HostReply::Done));
+                }
+                closing.reported = true;
+                closing.disconnected = true;
             }
         }
         let failure = DeliveryFailure {

@@ -131,3 +131,82 @@ async fn sigterm_and_sigint_let_an_in_flight_send_finish_then_exit_zero() {
         assert_eq!(stored, 1, "{signal}: the retry was sent within the grace");
     }
 }
+
+/// Fault harness finding (issue 16). The gateway stops while a turn's final is on its way:
+/// Canon stored it but answered 502, and the daemon's stdin closes before the retry. The
+/// retry lands within the exit grace, so the turn must end as a stored answer everywhere: its
+/// closing state is published, and the durable inbox closes the turn the drain left open
+/// (else the restarted gateway's resume of the session answers the message a second time).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_final_retried_after_stdin_closed_closes_its_turn_in_canon_and_in_the_inbox() {
+    use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+    use canon_sim::DEFAULT_CONVERSATION;
+    use serde_json::json;
+
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let (event_ref, turn_id) = open_turn(&mut shim, &sim, "answer me as the gateway stops").await;
+    send_streamed(&mut shim, "The answer").await;
+    let finalized = shim
+        .request(
+            "adapter.edit",
+            json!({"chat_id": DEFAULT_CONVERSATION, "message_id": turn_id, "content": "The answer",
+                   "finalize": true, "ctx": super::shim_support::ctx()}),
+        )
+        .await;
+    assert_eq!(finalized["ok"], true, "{finalized}");
+    sim.add_fault(FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some("POST".to_owned()),
+            path: Some("/messages/send".to_owned()),
+            times: Some(1),
+            ..FaultMatcher::default()
+        },
+        action: FaultAction::ProcessThenStatus { status: 502 },
+        seen: 0,
+        fired: 0,
+    })
+    .expect("fault installed");
+    let complete = shim
+        .send(
+            "turn.complete",
+            json!({"event_ref": event_ref, "session_key": super::shim_support::SESSION,
+                   "outcome": "success", "queue_depth": 0, "draining": true}),
+        )
+        .await;
+    sim.wait_for("the first attempt stored", WAIT, |s| {
+        s.journal.count(Some("POST"), "/messages/send") == 1
+    })
+    .await
+    .expect("the first attempt");
+    // The shim's disconnect, as Hermes' stop runs it: `adapter.disconnect`, `shutdown`, EOF.
+    let home = shim.home().to_owned();
+    shim.send("adapter.disconnect", json!({"adapter_instance": 1}))
+        .await;
+    shim.send("shutdown", json!({"reason": "disconnect"})).await;
+    let frames = shim.close_and_drain().await;
+    assert!(
+        frames.iter().any(|f| f["id"] == complete.as_str()),
+        "turn.complete answered before the exit: {frames:?}"
+    );
+    let states = super::shim_support::turn_states(&sim, DEFAULT_CONVERSATION);
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("completed"),
+        "{turn_id}: {states:?}"
+    );
+    let journal: String = std::fs::read_dir(&home)
+        .expect("CANON_HOME")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("inbox-"))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl"))
+        .map(|e| std::fs::read_to_string(e.path()).expect("journal"))
+        .collect();
+    let last_open = journal.rfind("\"open\"").expect("the turn was journaled");
+    assert!(
+        journal[last_open..].contains("\"closed\""),
+        "the inbox closed the turn: {journal}"
+    );
+}
