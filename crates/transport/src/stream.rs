@@ -500,35 +500,15 @@ impl Runner {
     }
 }
 
-/// The longest `Last-Event-ID` the stream sends back (our number): Canon's ids are short; a
-/// longer one is not a cursor this client can resend.
-pub const MAX_CURSOR_BYTES: usize = 1_024;
+/// The cursor rule lives in canon-wire (the daemon's durable inbox applies it too).
+pub use canon_wire::sse::{usable_cursor, MAX_CURSOR_BYTES};
 
 /// How much of an SSE `error` event's data is logged (reliability review L5).
 const MAX_LOGGED_ERROR: usize = 512;
 
-/// Whether an event id can be the cursor (reliability review L3): a valid header value of at
-/// most [`MAX_CURSOR_BYTES`] (visible ASCII and inner spaces). Any other id would make every
-/// reconnect fail for good, so it is not adopted and the previous cursor stays.
-pub fn usable_cursor(id: &str) -> bool {
-    !id.is_empty() && id.len() <= MAX_CURSOR_BYTES && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_header_safe_ids_become_the_cursor() {
-        assert!(usable_cursor("1764000000000-0"));
-        assert!(usable_cursor("evt 42"));
-        assert!(!usable_cursor(""));
-        assert!(!usable_cursor("bad\u{7f}id"));
-        assert!(!usable_cursor("caf\u{e9}"));
-        assert!(!usable_cursor("line\nbreak"));
-        assert!(!usable_cursor(&"9".repeat(MAX_CURSOR_BYTES + 1)));
-        assert!(usable_cursor(&"9".repeat(MAX_CURSOR_BYTES)));
-    }
 
     #[test]
     fn default_random_is_in_unit_interval() {

@@ -22,6 +22,18 @@ use serde_json::Value;
 /// Upper bound for the bytes of one frame (canon-wire.md §5.2 \[target\]).
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 
+/// The longest event id kept as a stream cursor (our number): Canon's ids are short; a longer
+/// one is not a `Last-Event-ID` a client can resend.
+pub const MAX_CURSOR_BYTES: usize = 1_024;
+
+/// Whether an event id can be a stream cursor (reliability review L3): a valid header value of
+/// at most [`MAX_CURSOR_BYTES`] (visible ASCII and inner spaces). Any other id, sent back as
+/// `Last-Event-ID`, would make every reconnect fail for good, so neither the stream client nor
+/// a durable inbox adopts it: the previous cursor stays.
+pub fn usable_cursor(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_CURSOR_BYTES && id.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
 /// The data of an accepted frame: JSON when the joined data lines parse as
 /// JSON, else the raw text (canon-wire.md §5.2 step 6).
 #[derive(Debug, Clone, PartialEq)]
@@ -295,6 +307,18 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn only_header_safe_ids_become_the_cursor() {
+        assert!(usable_cursor("1764000000000-0"));
+        assert!(usable_cursor("evt 42"));
+        assert!(!usable_cursor(""));
+        assert!(!usable_cursor("bad\u{7f}id"));
+        assert!(!usable_cursor("caf\u{e9}"));
+        assert!(!usable_cursor("line\nbreak"));
+        assert!(!usable_cursor(&"9".repeat(MAX_CURSOR_BYTES + 1)));
+        assert!(usable_cursor(&"9".repeat(MAX_CURSOR_BYTES)));
+    }
 
     fn frame(event: &str, data: FrameData, id: Option<&str>) -> Frame {
         Frame {

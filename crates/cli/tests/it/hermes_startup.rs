@@ -82,9 +82,6 @@ async fn real_gateway_message_during_startup_restore_is_one_turn() {
     assert_eq!(messages[0]["replyTo"], inbound_id.as_str());
 }
 
-/// cli.md §5.1: in the gateway the platform config comes before the env defaults. The only
-/// credentials in the environment are an `agents.json` profile whose key Canon does not know
-/// (enough for the shim's readiness check, which has no config); config.yaml's
 /// A value JSON has no form for in a frame the shim sends (reliability review H1): YAML reads an
 /// unquoted date in `platforms.canon.extra` as a `datetime.date`, which reaches the daemon in
 /// `adapter.connect`. The frame is sent with the date as text, the platform connects and a turn is
@@ -110,6 +107,9 @@ async fn real_gateway_survives_a_yaml_date_in_the_platform_extra() {
     assert!(!connects.is_empty(), "{}", sc.gateway.log_tail());
 }
 
+/// cli.md §5.1: in the gateway the platform config comes before the env defaults. The only
+/// credentials in the environment are an `agents.json` profile whose key Canon does not know
+/// (enough for the shim's readiness check, which has no config); config.yaml's
 /// `platforms.canon` gives the real key as `api_key` and the environment and URLs as extras.
 /// The shim hands them to the daemon with `adapter.connect`, which connects with them: with the
 /// profile's key Canon would refuse the connect and the platform would never be connected.
@@ -352,6 +352,39 @@ fn the_shim_hands_hermes_each_message_once_across_daemon_respawns() {
     assert_eq!(
         run_shim_python(code).trim(),
         "[False, False, True, True, False, False, False]"
+    );
+}
+
+/// Reliability review H1, the values a YAML date does not cover: NaN and a circular value fail
+/// their own frame (the caller gets a `DaemonError`; the writer's queue never sees them, and the
+/// next frame goes out), and a lone UTF-16 surrogate, which Python escapes as a `\udXXX` the
+/// daemon's JSON refuses (dropping the whole frame there), is sent as U+FFFD. The line is read
+/// here with serde_json, as the daemon reads it.
+#[test]
+fn a_frame_the_daemons_json_would_refuse_fails_alone_or_is_mended() {
+    let code = "import queue, sys\n\
+         from shim import _daemon as d\n\
+         daemon = d.Daemon.__new__(d.Daemon); daemon.out = queue.Queue(8)\n\
+         loop = []; loop.append(loop)\n\
+         for bad in ({'type': 'x', 'v': float('nan')}, {'type': 'y', 'v': loop}):\n\
+         \x20   try:\n\
+         \x20       daemon.post(bad); print('posted')\n\
+         \x20   except d.DaemonError as exc:\n\
+         \x20       print('refused', exc.code)\n\
+         print(daemon.post({'type': 'ok', 'text': 'cut \\ud83d mid-emoji', 'pair': '\\ud83d\\ude00',\n\
+         \x20                  'slash': 'a\\\\ud800'}), daemon.out.qsize())\n\
+         sys.stdout.write(daemon.out.get().decode())\n";
+    let out = run_shim_python(code);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("refused internal"), "{out}");
+    assert_eq!(lines.next(), Some("refused internal"), "{out}");
+    assert_eq!(lines.next(), Some("True 1"), "{out}");
+    let frame: serde_json::Value =
+        serde_json::from_str(lines.next().expect("the encoded line")).expect("serde_json reads it");
+    assert_eq!(
+        frame,
+        serde_json::json!({"type": "ok", "text": "cut \u{fffd} mid-emoji", "pair": "\u{1f600}",
+            "slash": "a\\ud800"})
     );
 }
 

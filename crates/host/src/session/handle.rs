@@ -297,6 +297,20 @@ impl Session {
                 Vec::new()
             }
             SessionInput::StreamEvent(kind) => self.event(kind),
+            SessionInput::StreamFrame { id, kind } if !canon_wire::sse::usable_cursor(&id) => {
+                // An id that cannot be sent back as `Last-Event-ID` never becomes the durable
+                // cursor (the stream client keeps its previous one too): the frame is handled as
+                // one without an id: its message is still recorded as handled, and a replay of
+                // it is dropped (reliability review L3).
+                tracing::warn!(
+                    bytes = id.len(),
+                    "canon stream event id is not a usable cursor"
+                );
+                if self.inbox_already_handled(&kind) {
+                    return Vec::new();
+                }
+                self.event(kind)
+            }
             SessionInput::StreamFrame { id, kind } => {
                 let mut effects = Vec::new();
                 if self.inbox_arrived(&id, &kind, &mut effects).is_some() {

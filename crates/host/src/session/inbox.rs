@@ -300,6 +300,20 @@ impl Session {
         self.inbox.tracker.cursor()
     }
 
+    /// Whether `kind` is a message already handed to Hermes (a replayed frame whose id is no
+    /// cursor, so the tracker does not see it).
+    pub(super) fn inbox_already_handled(&self, kind: &EventKind) -> bool {
+        let EventKind::MessageCreated(created) = kind else {
+            return false;
+        };
+        let message_id = created.message.get("id").and_then(|v| v.as_str());
+        let handled = message_id.is_some_and(|id| self.inbox.tracker.is_handled(id));
+        if handled {
+            tracing::debug!(message_id, "replayed message already handled");
+        }
+        handled
+    }
+
     /// A stream frame with an id arrived and is about to be handled. `None` when the frame is a
     /// replayed message already handed to Hermes: it is settled here and must not be handled.
     pub(super) fn inbox_arrived(

@@ -144,6 +144,52 @@ fn a_new_stream_resumes_from_the_last_settled_frame_not_the_last_read_one() {
     assert_eq!(daemon.session.inbox_new_stream().as_deref(), Some("e-1"));
 }
 
+#[test]
+fn a_frame_whose_id_cannot_be_resent_never_becomes_the_durable_cursor() {
+    let mut daemon = Daemon::connected();
+    daemon.session.inbox_resume(
+        Some("e-0".into()),
+        HandledSet::default(),
+        &OpenTurns::default(),
+    );
+    daemon.connect();
+    for odd in [
+        "caf\u{e9}-1".to_owned(),
+        "9".repeat(5_000),
+        "a\u{7f}b".to_owned(),
+    ] {
+        let effects = daemon.handle_effects(SessionInput::StreamFrame {
+            id: odd.clone(),
+            kind: EventKind::Ignored {
+                name: "typing".into(),
+                data: json!({"conversationId": "c1"}),
+            },
+        });
+        assert_eq!(records(&effects), vec![], "{odd:.20} moved the cursor");
+    }
+    let effects = daemon.handle_effects(frame("caf\u{e9}-2", "m-2", "hello"));
+    let [request] = inbound_request_ids(&effects)
+        .try_into()
+        .expect("the message is still handed over");
+    let answered = daemon.handle_effects(answer(&request));
+    assert_eq!(
+        records(&answered),
+        vec![Record::Handled {
+            message_id: "m-2".into(),
+            at_ms: daemon.now
+        }],
+        "handled, but no cursor record"
+    );
+    assert_eq!(daemon.session.inbox_cursor(), Some("e-0"));
+    assert_eq!(daemon.session.inbox_new_stream().as_deref(), Some("e-0"));
+    let replayed = daemon.handle_effects(frame("caf\u{e9}-2", "m-2", "hello"));
+    assert_eq!(
+        inbound_request_ids(&replayed),
+        Vec::<String>::new(),
+        "its replay is dropped by message id"
+    );
+}
+
 /// A `turn.start` of the conversation's session, as the shim sends it, for an event that names
 /// `message` (or none: Hermes' resume of a session its restart cut off is an internal event
 /// with no text and no message).

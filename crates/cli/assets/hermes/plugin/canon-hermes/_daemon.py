@@ -143,9 +143,16 @@ def _plain(value):
 
 def encode(frame):
     """A frame as its line on the wire: compact JSON (non-ASCII escaped), then LF. Values JSON has
-    no form for become text (`_plain`); NaN and infinities, which the daemon's JSON refuses, raise
-    ValueError, which fails only that frame (`Daemon.post`)."""
-    return json.dumps(frame, separators=(",", ":"), default=_plain, allow_nan=False).encode() + b"\n"
+    no form for become text (`_plain`); NaN and infinities, which the daemon's JSON refuses, and
+    circular values raise ValueError, which fails only that frame (`Daemon.post`). A lone UTF-16
+    surrogate in a string (text cut mid-emoji, or decoded with surrogateescape) would be escaped
+    as a `\\udXXX` the daemon's JSON refuses, dropping the whole frame there: it becomes U+FFFD."""
+    text = json.dumps(frame, separators=(",", ":"), default=_plain, allow_nan=False)
+    if "\\ud" in text:  # a surrogate escape, or a literal backslash-u-d (rare either way)
+        text = json.dumps(frame, separators=(",", ":"), default=_plain, allow_nan=False,
+                          ensure_ascii=False)
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text.encode() + b"\n"
 
 
 def decode(line):
