@@ -347,3 +347,34 @@ fn reconcile_pass_drives_a_predecessor_consume_to_its_wake() {
     let pass = successor.reconcile_pass(T0 + 60_007).expect("pass");
     assert!(pass.wakes.is_empty() && pass.next_delay.is_none());
 }
+
+/// Reliability review L11: the Canon home holds the agent's credentials and decisions, so a home
+/// the store creates (with every missing parent) is private whatever the umask lets through,
+/// while one that already exists keeps the mode its owner gave it.
+#[test]
+fn a_canon_home_the_store_creates_is_private_and_an_existing_one_is_left_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("profiles").join("canon");
+    let store = Store::new(&home).expect("store");
+    store
+        .create_begin(&new_approval(1, "conv1"), T0)
+        .expect("create");
+    let mode =
+        |path: &std::path::Path| fs::metadata(path).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&home), 0o700, "the home it made");
+    assert_eq!(
+        mode(&dir.path().join("profiles")),
+        0o700,
+        "the parent it made"
+    );
+
+    let shared = dir.path().join("shared");
+    fs::create_dir(&shared).expect("mkdir");
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o750)).expect("chmod");
+    Store::new(&shared)
+        .expect("store")
+        .create_begin(&new_approval(2, "conv1"), T0)
+        .expect("create");
+    assert_eq!(mode(&shared), 0o750, "an existing home keeps its mode");
+}

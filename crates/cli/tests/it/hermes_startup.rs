@@ -107,6 +107,57 @@ async fn real_gateway_survives_a_yaml_date_in_the_platform_extra() {
     assert!(!connects.is_empty(), "{}", sc.gateway.log_tail());
 }
 
+/// Reliability review L8 through a real gateway: the daemon Hermes' shim spawns gets the Canon
+/// settings it reads and the basics, never the gateway's model-provider keys or other secrets
+/// (read from the running daemon's `/proc/<pid>/environ`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_a_real_gateway_spawns_gets_none_of_the_gateways_other_secrets() {
+    let options = GatewayOptions {
+        env: vec![
+            ("OPENAI_API_KEY".into(), "sk-provider-secret-1".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "aws-secret-2".into()),
+            ("GITHUB_TOKEN".into(), "ghp-secret-3".into()),
+        ],
+        ..GatewayOptions::default()
+    };
+    let sc = Scenario::start(json!([{"match": {}, "reply": {"text": ANSWER}}]), options).await;
+    let [pid] = sc.gateway.daemon_pids().try_into().expect("one daemon");
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("the daemon's environment");
+    let names: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
+            String::from_utf8_lossy(name).into_owned()
+        })
+        .collect();
+    for wanted in [
+        "CANON_API_KEY",
+        "CANON_BASE_URL",
+        "HERMES_HOME",
+        "PATH",
+        "HOME",
+    ] {
+        assert!(
+            names.iter().any(|n| n == wanted),
+            "{wanted} missing: {names:?}"
+        );
+    }
+    for secret in ["OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"] {
+        assert!(
+            !names.iter().any(|n| n == secret),
+            "{secret} passed: {names:?}"
+        );
+    }
+    let text = String::from_utf8_lossy(&environ);
+    for value in ["sk-provider-secret-1", "aws-secret-2", "ghp-secret-3"] {
+        assert!(
+            !text.contains(value),
+            "a secret's value passed under another name"
+        );
+    }
+}
+
 /// cli.md §5.1: in the gateway the platform config comes before the env defaults. The only
 /// credentials in the environment are an `agents.json` profile whose key Canon does not know
 /// (enough for the shim's readiness check, which has no config); config.yaml's
@@ -385,6 +436,43 @@ fn a_frame_the_daemons_json_would_refuse_fails_alone_or_is_mended() {
         frame,
         serde_json::json!({"type": "ok", "text": "cut \u{fffd} mid-emoji", "pair": "\u{1f600}",
             "slash": "a\\ud800"})
+    );
+}
+
+/// Reliability review L9 (hermes-host.md §19.9): the shim keeps at most the daemon's
+/// `limits.max_inflight` requests unanswered. One beyond waits unsent for a slot, which the next
+/// answer frees (in order); one whose caller stops waiting first (sync or async) fails
+/// `backpressure`, retryable, and never reaches the daemon.
+#[test]
+fn requests_beyond_the_in_flight_cap_wait_for_a_slot_and_give_up_unsent() {
+    let code = "import asyncio, json\n\
+         from shim import _daemon as d\n\
+         daemon = d.Daemon.__new__(d.Daemon); daemon._init_requests(); daemon.dead = False\n\
+         daemon.max_inflight = 3\n\
+         futs = [daemon.request('x', {'n': n}) for n in range(5)]\n\
+         print('written', daemon.out.qsize(), 'waiting', len(daemon.waiting))\n\
+         try:\n\
+         \x20   daemon.call('x', {'n': 'sync'}, 0.05)\n\
+         except d.DaemonError as exc:\n\
+         \x20   print('sync', exc.code, exc.retryable)\n\
+         async def later():\n\
+         \x20   try:\n\
+         \x20       await daemon.acall('x', {'n': 'async'}, 0.05)\n\
+         \x20   except d.DaemonError as exc:\n\
+         \x20       print('async', exc.code, exc.retryable)\n\
+         asyncio.run(later())\n\
+         seen = []\n\
+         while not daemon.out.empty():\n\
+         \x20   frame = json.loads(daemon.out.get())\n\
+         \x20   seen.append(frame['body']['n'])\n\
+         \x20   daemon.answered({'id': frame['id'], 're': 'x', 'ok': True, 'body': {'n': frame['body']['n']}})\n\
+         print('daemon saw', seen, 'results', [f.result()['n'] for f in futs], 'in flight', daemon.inflight)\n";
+    assert_eq!(
+        run_shim_python(code).trim(),
+        "written 3 waiting 2\n\
+         sync backpressure True\n\
+         async backpressure True\n\
+         daemon saw [0, 1, 2, 3, 4] results [0, 1, 2, 3, 4] in flight 0"
     );
 }
 

@@ -18,6 +18,7 @@ loads without Hermes.
 """
 
 import asyncio
+import collections
 import concurrent.futures
 import hashlib
 import importlib.metadata
@@ -46,6 +47,10 @@ BACKOFF = (0.5, 1, 2, 4, 8, 16, 30)  # seconds before the n-th background respaw
 CRASH_LIMIT, CRASH_WINDOW = 5, 300  # that many exits within that many seconds = crash loop
 KILL_WAIT = 2  # seconds from SIGTERM to SIGKILL
 QUEUE_FRAMES = 1024  # frames waiting for the writer at most; beyond, requests fail `backpressure`
+# Requests sent and not yet answered at most, until the daemon's hello names its own limit
+# (`limits.max_inflight`); a request beyond it waits for a slot up to its caller's timeout and then
+# fails `backpressure` without ever reaching the daemon (hermes-host.md §19.9).
+MAX_INFLIGHT = 64
 EXITED = {"code": DAEMON_EXITED, "message": "canon-hermes daemon exited"}
 
 log = logging.getLogger("canon_hermes")
@@ -227,8 +232,7 @@ class Daemon:
         # then closes the daemon's stdin, instead of killing the daemon mid-write at the same time.
         self.proc = subprocess.Popen([binary(), "serve", "--stdio"], cwd=home, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        self.ids, self.pending, self.lock = itertools.count(1), {}, threading.Lock()
-        self.out = queue.Queue(maxsize=QUEUE_FRAMES)
+        self._init_requests()
         self.handler = None  # callable(frame) for daemon-originated frames
         self.available = {}  # tool name → this child's latest `tool.availability` verdict
         self.dead = self.closing = False
@@ -236,7 +240,7 @@ class Daemon:
         for target in (self._write_loop, self._read_loop, self._stderr_loop):
             threading.Thread(target=target, daemon=True, name="canon-hermes-" + target.__name__).start()
         try:
-            self.hello = self.call("hello", {
+            hello = self.call("hello", {
                 "protocols": [PROTOCOL], "manifest_sha256": SHIM_SHA256,
                 "shim_version": MANIFEST.get("binary_version", ""),
                 "binary_version": MANIFEST.get("binary_version", ""),
@@ -247,6 +251,17 @@ class Daemon:
         except Exception:
             self.close()
             raise
+        self.hello = hello
+        limit = (hello.get("limits") or {}).get("max_inflight")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            self.max_inflight = limit
+
+    def _init_requests(self):
+        """The request bookkeeping: futures by id, the writer's queue and the in-flight cap."""
+        self.ids, self.pending, self.lock = itertools.count(1), {}, threading.Lock()
+        self.out = queue.Queue(maxsize=QUEUE_FRAMES)
+        self.max_inflight, self.inflight = MAX_INFLIGHT, 0
+        self.waiting = collections.OrderedDict()  # request id → encoded line, waiting for a slot
 
     def alive(self):
         return not self.dead and self.proc.poll() is None
@@ -256,50 +271,104 @@ class Daemon:
         fails alone, in its caller, and never stops the writer (which would leave Canon deaf
         while Hermes shows it connected). False when the queue is full; raises DaemonError for a
         frame that cannot be encoded."""
-        if frame is not None:
-            try:
-                frame = encode(frame)
-            except (TypeError, ValueError, RecursionError) as exc:
-                kind = frame.get("type") or frame.get("re") if isinstance(frame, dict) else None
-                daemon_log.error("canon-hermes: a %s frame could not be encoded (%s); dropped it", kind,
-                                 type(exc).__name__)
-                raise DaemonError(INTERNAL, "canon-hermes frame could not be encoded: %s" % exc) from None
+        if frame is not None and not isinstance(frame, bytes):
+            frame = self._encoded(frame)
         try:
             self.out.put_nowait(frame)
             return True
         except queue.Full:
             return False
 
+    @staticmethod
+    def _encoded(frame):
+        """`frame`'s line; DaemonError (logged) when it cannot be encoded."""
+        try:
+            return encode(frame)
+        except (TypeError, ValueError, RecursionError) as exc:
+            kind = frame.get("type") or frame.get("re") if isinstance(frame, dict) else None
+            daemon_log.error("canon-hermes: a %s frame could not be encoded (%s); dropped it", kind,
+                             type(exc).__name__)
+            raise DaemonError(INTERNAL, "canon-hermes frame could not be encoded: %s" % exc) from None
+
     def request(self, kind, body):
+        """Sends a request; its future. Beyond the in-flight cap the request waits (unsent) for a
+        slot, which an answer to an earlier request frees."""
         fut, rid = concurrent.futures.Future(), "s:%d" % next(self.ids)
+        fut.canon_request_id = rid
+        try:
+            line = self._encoded(request_frame(kind, rid, body))
+        except DaemonError as exc:
+            resolve(fut, error=exc)
+            return fut
         with self.lock:
-            if not self.dead:
+            dead = self.dead
+            if not dead:
                 self.pending[rid] = fut
-        if self.dead:
+                if self.inflight >= self.max_inflight:
+                    self.waiting[rid] = line
+                    return fut
+                self.inflight += 1
+        if dead:
             resolve(fut, error=DaemonError.of(EXITED))
             return fut
-        try:
-            queued = self.post(request_frame(kind, rid, body))
-            failure = None if queued else DaemonError(BACKPRESSURE, "canon-hermes daemon busy", True)
-        except DaemonError as exc:
-            failure = exc
-        if failure is not None:
-            with self.lock:
-                self.pending.pop(rid, None)
-            resolve(fut, error=failure)
+        self._send(rid, fut, line)
         return fut
 
+    def _send(self, rid, fut, line):
+        """Hands a request holding a slot to the writer; a full queue fails it `backpressure`."""
+        if self.post(line):
+            return
+        with self.lock:
+            owned = self.pending.pop(rid, None) is not None
+        if owned:
+            self._release()
+        if fut is not None:
+            resolve(fut, error=DaemonError(BACKPRESSURE, "canon-hermes daemon busy", True))
+
+    def _release(self):
+        """A request's slot is free (answered, or never written): the oldest waiting one takes it."""
+        with self.lock:
+            self.inflight = max(0, self.inflight - 1)
+            if not self.waiting or self.dead:
+                return
+            rid, line = self.waiting.popitem(last=False)
+            fut = self.pending.get(rid)
+            self.inflight += 1
+        self._send(rid, fut, line)
+
+    def _timed_out(self, fut):
+        """The caller stopped waiting for `fut`: one still waiting for a slot is withdrawn unsent
+        and fails `backpressure`; one the daemon has fails `timeout` (its late answer is dropped)."""
+        rid = getattr(fut, "canon_request_id", None)
+        with self.lock:
+            unsent = self.waiting.pop(rid, None) is not None
+            if unsent:
+                self.pending.pop(rid, None)
+        if unsent:
+            return DaemonError(BACKPRESSURE, "canon-hermes daemon busy", True)
+        return DaemonError(TIMEOUT, "canon-hermes daemon timed out")
+
+    def answered(self, frame):
+        """A response from the daemon: settles its request's future and frees its slot."""
+        with self.lock:
+            fut = self.pending.pop(frame["id"], None)
+        if fut is not None:
+            self._release()
+            settle(fut, frame)
+
     def call(self, kind, body, timeout):
+        fut = self.request(kind, body)
         try:
-            return self.request(kind, body).result(timeout)
+            return fut.result(timeout)
         except concurrent.futures.TimeoutError:
-            raise DaemonError(TIMEOUT, "canon-hermes daemon timed out") from None
+            raise self._timed_out(fut) from None
 
     async def acall(self, kind, body, timeout):
+        fut = self.request(kind, body)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(self.request(kind, body)), timeout)
+            return await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
         except asyncio.TimeoutError:
-            raise DaemonError(TIMEOUT, "canon-hermes daemon timed out") from None
+            raise self._timed_out(fut) from None
 
     def notify(self, kind, body):
         try:
@@ -353,10 +422,7 @@ class Daemon:
                 daemon_log.warning("non-JSON line on daemon stdout")
                 continue
             if is_response(frame):
-                with self.lock:
-                    fut = self.pending.pop(frame["id"], None)
-                if fut is not None:
-                    settle(fut, frame)
+                self.answered(frame)
             elif self.handler is not None:
                 self.handler(frame)
             elif "id" in frame:
@@ -364,6 +430,7 @@ class Daemon:
                     "code": NOT_CONNECTED, "message": "no adapter", "retryable": True})
         with self.lock:  # EOF: the child is gone
             self.dead, pending, self.pending = True, self.pending, {}
+            self.waiting.clear()
         self.post(None)
         if self.on_exit is not None and not self.closing:  # before a waiting hello can close()
             self.on_exit(self)
