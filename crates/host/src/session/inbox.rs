@@ -300,8 +300,8 @@ impl Session {
         self.inbox.tracker.cursor()
     }
 
-    /// Whether `kind` is a message already handed to Hermes (a replayed frame whose id is no
-    /// cursor, so the tracker does not see it).
+    /// Whether `kind` is a message already handed to Hermes (a replayed frame, with or without
+    /// an id the tracker can follow).
     pub(super) fn inbox_already_handled(&self, kind: &EventKind) -> bool {
         let EventKind::MessageCreated(created) = kind else {
             return false;
@@ -325,8 +325,7 @@ impl Session {
         let ticket = self.inbox.tracker.arrived(event_id);
         if let EventKind::MessageCreated(created) = kind {
             let message_id = created.message.get("id").and_then(|v| v.as_str());
-            if let Some(message_id) = message_id.filter(|id| self.inbox.tracker.is_handled(id)) {
-                tracing::debug!(message_id, event_id, "replayed message already handled");
+            if self.inbox_already_handled(kind) {
                 push_records(effects, self.inbox.tracker.settle(ticket, None));
                 return None;
             }
