@@ -476,6 +476,23 @@ fn requests_beyond_the_in_flight_cap_wait_for_a_slot_and_give_up_unsent() {
     );
 }
 
+/// With the writer's queue full, a freed slot's waiting requests each fail `backpressure` in turn
+/// (a loop: 3,000 of them would overflow Python's recursion limit if each failure freed the next
+/// slot by recursion), and the slot count returns to zero.
+#[test]
+fn a_full_writer_queue_fails_every_waiting_request_without_leaking_a_slot() {
+    let code = "import json, queue\n\
+         from shim import _daemon as d\n\
+         daemon = d.Daemon.__new__(d.Daemon); daemon._init_requests(); daemon.dead = False\n\
+         daemon.max_inflight = 1; daemon.out = queue.Queue(1)\n\
+         futs = [daemon.request('x', {}) for _ in range(3000)]\n\
+         first = json.loads(daemon.out.get()); daemon.out.put(b'filler')\n\
+         daemon.answered({'id': first['id'], 're': 'x', 'ok': True, 'body': {}})\n\
+         codes = {f.exception().code for f in futs[1:]}\n\
+         print(futs[0].result(), codes, daemon.inflight, len(daemon.waiting))\n";
+    assert_eq!(run_shim_python(code).trim(), "{} {'backpressure'} 0 0");
+}
+
 #[test]
 fn the_daemon_gets_only_the_environment_it_reads() {
     // Reliability review L8: the model providers' keys and the rest of the gateway's environment

@@ -311,30 +311,34 @@ class Daemon:
         if dead:
             resolve(fut, error=DaemonError.of(EXITED))
             return fut
-        self._send(rid, fut, line)
+        if not self._send(rid, fut, line):
+            self._release()
         return fut
 
     def _send(self, rid, fut, line):
-        """Hands a request holding a slot to the writer; a full queue fails it `backpressure`."""
+        """Hands a request holding a slot to the writer. False when the writer's queue is full: the
+        request then fails `backpressure`, and the caller frees the slot it held."""
         if self.post(line):
-            return
+            return True
         with self.lock:
-            owned = self.pending.pop(rid, None) is not None
-        if owned:
-            self._release()
+            self.pending.pop(rid, None)
         if fut is not None:
             resolve(fut, error=DaemonError(BACKPRESSURE, "canon-hermes daemon busy", True))
+        return False
 
     def _release(self):
-        """A request's slot is free (answered, or never written): the oldest waiting one takes it."""
-        with self.lock:
-            self.inflight = max(0, self.inflight - 1)
-            if not self.waiting or self.dead:
+        """A request's slot is free (answered, or never written): the oldest waiting request takes
+        it. A loop, not recursion: with the writer's queue full, every waiting one fails in turn."""
+        while True:
+            with self.lock:
+                self.inflight = max(0, self.inflight - 1)
+                if not self.waiting or self.dead:
+                    return
+                rid, line = self.waiting.popitem(last=False)
+                fut = self.pending.get(rid)
+                self.inflight += 1
+            if self._send(rid, fut, line):
                 return
-            rid, line = self.waiting.popitem(last=False)
-            fut = self.pending.get(rid)
-            self.inflight += 1
-        self._send(rid, fut, line)
 
     def _timed_out(self, fut):
         """The caller stopped waiting for `fut`: one still waiting for a slot is withdrawn unsent
