@@ -383,7 +383,7 @@ pub struct Session {
     uploads: handle::Uploads,
     /// Tool calls whose Canon interaction is open.
     tool_waits: tools::ToolWaits,
-    /// Detached-approval wakes the shim has not answered yet.
+    /// Wakes (decided approvals, answered cards) whose delivery is not over yet.
     wakes: detached::WakesInFlight,
     /// Whether the shim was last told `canon_communicate` is available.
     communicate_offered: bool,
@@ -784,12 +784,16 @@ impl Session {
                     input.reply_authority =
                         handed_back_authority(start.reply_authority.as_ref(), &input.message_id);
                 }
-                let mut effects = self.inbox_turn_opened(
-                    &mut input,
-                    &start.event_ref,
-                    &start.absorbed_refs,
-                    now_ms,
-                );
+                let mut effects = if start.draining {
+                    self.inbox_turn_opened_while_stopping(&input)
+                } else {
+                    self.inbox_turn_opened(
+                        &mut input,
+                        &start.event_ref,
+                        &start.absorbed_refs,
+                        now_ms,
+                    )
+                };
                 effects.extend(self.feed(Input::ProcessingStart(input), now_ms));
                 effects
             }

@@ -484,6 +484,66 @@ asyncio.run(main())
     );
 }
 
+/// Issue 16 (the fault harness's seed 11). A message Hermes queued behind a running turn, and
+/// started only once the gateway had begun its stop, never runs: the stopping runner refuses
+/// new work, or the stop cancels the cycle at once. The shim tells the daemon so (`turn.start`
+/// with `draining`), and the daemon leaves the message's stream frame unsettled, so after the
+/// restart the next daemon hands it over again. Before, that start recorded the message as
+/// handled and the restarted gateway never saw it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_message_started_while_the_gateway_stops_is_handed_over_after_the_restart() {
+    let sim = sim().await;
+    let code = r#"
+TEXT = 'queued behind the running turn'
+
+async def until(check):
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+async def main():
+    handed = []
+    runner = type('Runner', (), {})()
+    runner._draining = False
+    a = await connected()
+    a._runner = runner
+    async def queue_it(event):  # a turn runs: Hermes parks the message in the head slot
+        handed.append(['queued', event.text])
+        a._pending_messages[a._key(event.source)] = event
+    a.handle_message = queue_it
+    SIM('messages', {'conversationId': CHAT, 'text': TEXT})
+    from shim import _adapter
+    # Remembered right before the shim answers `queued`, with no await in between: the answer
+    # is written ahead of the `turn.start` below.
+    await until(lambda: _adapter.INBOUND_SEEN)
+    event = a._pending_messages.popitem()[1]
+    runner._draining = True  # the gateway's stop begins; then Hermes starts the message's cycle
+    await a.on_processing_start(event)
+    from gateway.platforms.base import ProcessingOutcome
+    await a.on_processing_complete(event, ProcessingOutcome.CANCELLED)
+    await a.disconnect()
+    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process
+    b = cls(PlatformConfig(enabled=True))
+    async def restarted(event):
+        handed.append(['restarted', event.text])
+    b.handle_message = restarted
+    assert await b.connect(), b.fatal_error_message
+    await until(lambda: len(handed) > 1)
+    await b.disconnect()
+    print(json.dumps({'handed': handed}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"handed": [["queued", "queued behind the running turn"],
+                                     ["restarted", "queued behind the running turn"]]})
+        ],
+        "{out}"
+    );
+}
+
 /// hermes-host.md §19.3. The daemon's `RUST_LOG` decides what it writes to stderr; the shim
 /// forwards every line to `canon_hermes.daemon`. A DEBUG line forwarded at DEBUG would be dropped
 /// by Hermes' INFO loggers, so asking the daemon for debug output showed nothing; it is logged at

@@ -330,6 +330,10 @@ pub struct TurnStart {
     /// when this daemon does not know the event: it was handed over by its predecessor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_authority: Option<serde_json::Value>,
+    /// The gateway had begun its stop when Hermes started this cycle: the runner will not run
+    /// the message (it refuses new work, or the stop cancels the cycle). Additive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 /// `turn.start` and `turn.accepted` result.

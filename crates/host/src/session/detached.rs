@@ -76,21 +76,73 @@ impl WakeFor {
     }
 }
 
-/// The wakes the shim has not answered yet.
+/// The wakes handed to the shim whose delivery is not over yet.
+///
+/// A wake is delivered once Hermes runs it. The shim's answer says so for a wake Hermes took
+/// at once; a wake Hermes queued behind a running turn (the answer says `queued`) is delivered
+/// only when its turn starts, because a gateway stop discards that queue and the wake, finished
+/// as delivered, would never reach the agent. So a queued wake waits here until its turn starts
+/// (delivered), the session's queue empties without it (Hermes let it go: delivered, as for a
+/// queued message), or the gateway stops or the connection goes (put back, so the registry hands
+/// it over again).
 #[derive(Debug, Clone, Default)]
 pub(super) struct WakesInFlight {
-    by_request: HashMap<String, WakeFor>,
+    /// Daemon request id → (the wake event's reference, the wake), until the shim answers.
+    by_request: HashMap<String, (String, WakeFor)>,
+    /// Event reference → (Hermes session key, the wake), for wakes waiting in Hermes' queue.
+    queued: HashMap<String, (String, WakeFor)>,
 }
 
 impl WakesInFlight {
     /// Whether another wake may be handed over.
     pub(super) fn has_room(&self) -> bool {
-        self.by_request.len() < MAX_WAKES_IN_FLIGHT
+        self.by_request.len() + self.queued.len() < MAX_WAKES_IN_FLIGHT
     }
 
-    /// Remembers the wake sent as daemon request `request_id`.
-    pub(super) fn sent(&mut self, request_id: String, wake: WakeFor) {
-        self.by_request.insert(request_id, wake);
+    /// Remembers the wake with event reference `event_ref`, sent as daemon request `request_id`.
+    pub(super) fn sent(&mut self, request_id: String, event_ref: String, wake: WakeFor) {
+        self.by_request.insert(request_id, (event_ref, wake));
+    }
+
+    /// The shim answered request `request_id`: the wake's end, unless Hermes queued it in
+    /// session `queued_in` (it then waits for its turn).
+    fn answered(
+        &mut self,
+        request_id: &str,
+        accepted: bool,
+        queued_in: Option<&str>,
+    ) -> Option<SessionEffect> {
+        let (event_ref, wake) = self.by_request.remove(request_id)?;
+        match queued_in.filter(|_| accepted) {
+            Some(session) => {
+                self.queued.insert(event_ref, (session.to_owned(), wake));
+                None
+            }
+            None => Some(wake.answered(accepted)),
+        }
+    }
+
+    /// Turns of `refs` started: their queued wakes are delivered.
+    pub(super) fn started(&mut self, refs: &[&str]) -> Vec<SessionEffect> {
+        refs.iter()
+            .filter_map(|r| self.queued.remove(*r))
+            .map(|(_, wake)| wake.answered(true))
+            .collect()
+    }
+
+    /// Every wake still queued in `session_key` ends: `delivered` when Hermes let its queue go,
+    /// not when a stop discarded it.
+    pub(super) fn let_go(&mut self, session_key: &str, delivered: bool) -> Vec<SessionEffect> {
+        let refs: Vec<String> = self
+            .queued
+            .iter()
+            .filter(|(_, (session, _))| session == session_key)
+            .map(|(event_ref, _)| event_ref.clone())
+            .collect();
+        refs.iter()
+            .filter_map(|r| self.queued.remove(r))
+            .map(|(_, wake)| wake.answered(delivered))
+            .collect()
     }
 }
 
@@ -134,10 +186,7 @@ impl Session {
             user_name: wake.user_name,
             raw: wake.raw,
         });
-        let line = self.request_line(DaemonRequest::InboundMessage(message));
-        let request_id = format!("d:{}", self.next_daemon_id);
-        self.wakes
-            .sent(request_id, WakeFor::Approval(wake.approval_id));
+        let line = self.wake_line(message, WakeFor::Approval(wake.approval_id));
         vec![SessionEffect::Frame(line)]
     }
 
@@ -182,26 +231,36 @@ impl Session {
 
     /// The line of a wake event (an `inbound.message`), remembered under its request id.
     pub(super) fn wake_line(&mut self, message: InboundMessage, wake: WakeFor) -> String {
+        let event_ref = message.event_ref.clone();
         let line = self.request_line(DaemonRequest::InboundMessage(message));
-        self.wakes.sent(format!("d:{}", self.next_daemon_id), wake);
+        self.wakes
+            .sent(format!("d:{}", self.next_daemon_id), event_ref, wake);
         line
     }
 
-    /// The shim answered a daemon request: when it was a wake, whether Hermes accepted it.
-    pub(super) fn wake_answered(&mut self, request_id: &str, accepted: bool) -> Vec<SessionEffect> {
-        match self.wakes.by_request.remove(request_id) {
-            Some(wake) => vec![wake.answered(accepted)],
-            None => Vec::new(),
-        }
+    /// The shim answered a daemon request: when it was a wake, whether Hermes accepted it, and
+    /// the session whose queue holds it when Hermes queued it.
+    pub(super) fn wake_answered(
+        &mut self,
+        request_id: &str,
+        accepted: bool,
+        queued_in: Option<&str>,
+    ) -> Vec<SessionEffect> {
+        self.wakes
+            .answered(request_id, accepted, queued_in)
+            .into_iter()
+            .collect()
     }
 
-    /// The connection is gone: the shim will not answer the wakes in flight, so the shell puts
-    /// them back now rather than after their leases.
+    /// The connection is gone: the shim will not answer the wakes in flight, and those queued
+    /// in Hermes may never run, so the shell puts them all back now rather than after their
+    /// leases (a wake still waiting in a live queue is answered as queued again).
     pub(super) fn drop_wakes(&mut self) -> Vec<SessionEffect> {
-        self.wakes
-            .by_request
-            .drain()
-            .map(|(_, wake)| wake.answered(false))
+        let in_flight = self.wakes.by_request.drain().map(|(_, (_, wake))| wake);
+        let queued = self.wakes.queued.drain().map(|(_, (_, wake))| wake);
+        in_flight
+            .chain(queued)
+            .map(|wake| wake.answered(false))
             .collect()
     }
 }

@@ -556,7 +556,7 @@ impl Session {
                 } else {
                     self.inbox_answered(&id, queued_in, now_ms)
                 };
-                effects.extend(self.wake_answered(&id, accepted));
+                effects.extend(self.wake_answered(&id, accepted, queued_in));
                 effects
             }
         }

@@ -117,6 +117,7 @@ impl Session {
             .chain(absorbed_refs.iter().map(String::as_str))
             .collect();
         self.settle_started(&refs, now_ms, &mut effects);
+        effects.extend(self.wakes.started(&refs));
         self.inbox.resuming.remove(&start.session_key);
         if let Some((conversation, mut ids)) = self.inbox.inherited.remove(&start.session_key) {
             if start.message_id.is_none()
@@ -163,6 +164,24 @@ impl Session {
         effects
     }
 
+    /// A turn started after the gateway had begun its stop (`turn.start` with `draining`). A
+    /// stopping Hermes runs no new message: it answers "not accepting new work" or its stop
+    /// cancels the cycle at once. So the turn settles nothing (its messages and wakes stay
+    /// unsettled and are replayed after the restart), and it is not journaled as the session's
+    /// open turn, which would put it in place of a turn the stop cut off mid-answer (Hermes
+    /// resumes that one after the restart, and its messages must still be the ones it answers).
+    pub(super) fn inbox_turn_opened_while_stopping(
+        &self,
+        start: &ProcessingStart,
+    ) -> Vec<SessionEffect> {
+        tracing::debug!(
+            session_key = %start.session_key,
+            message_id = start.message_id.as_deref().unwrap_or(""),
+            "a turn started while the gateway stops; its messages wait for the restart"
+        );
+        Vec::new()
+    }
+
     /// The session's turn completed. While the gateway drains for a stop, the messages still
     /// queued were discarded (their frames stay unsettled, so they are replayed), and the turn
     /// stays open in the journal until a stored final answers its messages
@@ -200,8 +219,9 @@ impl Session {
             "inbox: the session's turn closed"
         );
         if draining {
-            // The queue was discarded: its messages stay unsettled (replayed).
-            return Vec::new();
+            // The queue was discarded: its messages stay unsettled (replayed) and its wakes are
+            // put back (handed over again after the restart).
+            return self.wakes.let_go(session_key, false);
         }
         if let Some(resumed) = resumed.filter(|_| !answered) {
             tracing::info!(
@@ -226,6 +246,7 @@ impl Session {
                 .collect();
             let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
             self.settle_started(&refs, now_ms, &mut effects);
+            effects.extend(self.wakes.let_go(session_key, true));
         }
         effects
     }

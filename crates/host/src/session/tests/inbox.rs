@@ -517,3 +517,210 @@ fn a_replay_of_a_message_whose_hand_over_is_unanswered_does_not_move_the_cursor_
         ]
     );
 }
+
+/// The `inbound.message` request id and event reference of the one hand-over among `effects`.
+fn handed_over(effects: &[SessionEffect]) -> (String, String) {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            SessionEffect::Frame(line) => {
+                let v: Value = serde_json::from_str(line).ok()?;
+                (v["type"] == json!("inbound.message")).then(|| {
+                    (
+                        v["id"].as_str().unwrap_or_default().to_owned(),
+                        v["body"]["event_ref"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    )
+                })
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("one hand-over: {effects:?}"))
+}
+
+/// The shim's answer to `request`: Hermes queued the event in `conversation`'s session.
+fn answer_queued(request: &str, conversation: &str) -> SessionInput {
+    SessionInput::Line(
+        protocol::encode_response(
+            request,
+            "inbound.message",
+            Ok(json!({"accepted": true, "queued": true,
+                      "session_key": session_key(conversation)})),
+        )
+        .into_bytes(),
+    )
+}
+
+/// A `turn.start` of `conversation`'s session for `message` under `event_ref`, sent while the
+/// gateway stops when `draining`.
+fn turn_start_for(
+    id: &str,
+    event_ref: &str,
+    conversation: &str,
+    message: &str,
+    draining: bool,
+) -> SessionInput {
+    let mut body = json!({"event_ref": event_ref, "session_key": session_key(conversation),
+        "event": {"chat_id": conversation, "chat_type": "dm", "user_id": "u1", "user_name": "Una",
+                  "message_id": message, "message_type": "text", "internal": false,
+                  "text_len": 4, "delivery_intent": "queue"},
+        "queue_depth": 0});
+    if draining {
+        body["draining"] = json!(true);
+    }
+    SessionInput::Line(protocol::encode_request(id, "turn.start", body).into_bytes())
+}
+
+/// The fault harness's seed 11: a stop cut off the turn of m-1 mid-answer, then Hermes started
+/// m-2 (queued behind it) while it stopped, and refused it. The journal must still hold m-1's
+/// turn open (Hermes resumes m-1 after the restart, and the resume must answer m-1, not m-2),
+/// and m-2 must stay unsettled, so the restarted daemon's stream replays it for a turn of its
+/// own. Before the fix, m-2's start recorded it as handled and as the session's open turn.
+#[test]
+fn a_turn_started_while_the_gateway_stops_settles_nothing_and_keeps_the_cut_off_turn_open() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let mut journal = Vec::new();
+    let first = daemon.handle_effects(frame("e-1", "m-1", "first"));
+    let (request, first_ref) = handed_over(&first);
+    journal.extend(records(&daemon.handle_effects(answer(&request))));
+    journal.extend(records(
+        &daemon.handle_effects(turn_start_for("t1", &first_ref, "c1", "m-1", false)),
+    ));
+    let second = daemon.handle_effects(frame("e-2", "m-2", "second"));
+    let (request, second_ref) = handed_over(&second);
+    journal.extend(records(
+        &daemon.handle_effects(answer_queued(&request, "c1")),
+    ));
+    // The stop: m-1's turn closes cut off, then Hermes starts m-2 and ends it at once.
+    journal.extend(records(
+        &daemon.handle_effects(turn_complete_line("t2", &first_ref, "c1", 1, true)),
+    ));
+    let hollow = daemon.handle_effects(turn_start_for("t3", &second_ref, "c1", "m-2", true));
+    journal.extend(records(&hollow));
+    journal.extend(records(&daemon.handle_effects(turn_complete_line(
+        "t4",
+        &second_ref,
+        "c1",
+        0,
+        true,
+    ))));
+
+    assert!(
+        !journal
+            .iter()
+            .any(|r| matches!(r, Record::Handled { message_id, .. } if message_id == "m-2")),
+        "m-2 never ran: {journal:?}"
+    );
+    assert_eq!(
+        daemon.session.inbox_cursor(),
+        Some("e-1"),
+        "e-2 is replayed"
+    );
+    let mut open = OpenTurns::default();
+    let mut handled = HandledSet::default();
+    for record in &journal {
+        match record {
+            Record::TurnOpened {
+                session_key,
+                conversation_id,
+                message_ids,
+            } => open.open(session_key, conversation_id, message_ids),
+            Record::TurnClosed { session_key } => {
+                open.close(session_key);
+            }
+            Record::Handled { message_id, at_ms } => {
+                handled.insert(message_id, *at_ms);
+            }
+            _ => {}
+        }
+    }
+    let held: Vec<Vec<String>> = open.iter().map(|t| t.message_ids.clone()).collect();
+    assert_eq!(
+        held,
+        [vec!["m-1".to_owned()]],
+        "m-1's turn is still the open one"
+    );
+    // The restarted daemon: Hermes' resume answers m-1, and the replayed m-2 is handed over.
+    let mut next = Daemon::connected();
+    next.session
+        .inbox_resume(Some("e-1".into()), handled, &open);
+    next.connect();
+    let resume = next.handle_effects(turn_start_line("r1", "c1", None));
+    assert_eq!(published_active(&resume), ["m-1"]);
+    let replayed = next.handle_effects(frame("e-2", "m-2", "second"));
+    assert_eq!(inbound_request_ids(&replayed).len(), 1, "m-2 gets its turn");
+}
+
+/// A decided approval's wake Hermes queued behind a running turn: a gateway stop that discards
+/// the queue puts the wake back (the registry hands it over after the restart); its turn
+/// starting delivers it. Before the fix, the shim's answer finished the wake as delivered at
+/// once, so a stop lost the decision (the fault harness's seed 11, "answered, never woke the
+/// agent").
+#[test]
+fn a_queued_approval_wake_is_delivered_when_its_turn_starts_and_put_back_by_a_stop() {
+    let wake = |approval_id: &str| {
+        SessionInput::ApprovalWake(Box::new(crate::detached::ApprovalWake {
+            approval_id: approval_id.to_owned(),
+            conversation_id: "c1".into(),
+            text: "The owner approved.".into(),
+            user_id: "u1".into(),
+            user_name: "Una".into(),
+            raw: json!({"conversationId": "c1"}),
+        }))
+    };
+    let ends = |effects: &[SessionEffect]| -> Vec<(String, bool)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                SessionEffect::ApprovalWakeAnswered {
+                    approval_id,
+                    delivered,
+                } => Some((approval_id.clone(), *delivered)),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let (request, stopped_ref) = handed_over(&daemon.handle_effects(wake("ap-1")));
+    assert_eq!(
+        ends(&daemon.handle_effects(answer_queued(&request, "c1"))),
+        [],
+        "queued: not delivered yet"
+    );
+    let stop = daemon.handle_effects(turn_complete_line("t1", "shim:running", "c1", 1, true));
+    assert_eq!(
+        ends(&stop),
+        [("ap-1".to_owned(), false)],
+        "the stop puts it back"
+    );
+    // A started turn that was refused while stopping delivers nothing either.
+    let (request, wake_ref) = handed_over(&daemon.handle_effects(wake("ap-2")));
+    let _ = daemon.handle_effects(answer_queued(&request, "c1"));
+    let hollow = daemon.handle_effects(turn_start_for(
+        "t2",
+        &wake_ref,
+        "c1",
+        "canon-detached-approval:ap-2",
+        true,
+    ));
+    assert_eq!(ends(&hollow), []);
+    let started = daemon.handle_effects(turn_start_for(
+        "t3",
+        &wake_ref,
+        "c1",
+        "canon-detached-approval:ap-2",
+        false,
+    ));
+    assert_eq!(ends(&started), [("ap-2".to_owned(), true)]);
+    // A wake Hermes took at once ends with the answer, as before.
+    let (request, _) = handed_over(&daemon.handle_effects(wake("ap-3")));
+    assert_eq!(
+        ends(&daemon.handle_effects(answer(&request))),
+        [("ap-3".to_owned(), true)]
+    );
+    assert_ne!(stopped_ref, wake_ref);
+}

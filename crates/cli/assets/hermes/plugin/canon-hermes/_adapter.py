@@ -438,6 +438,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._runs[key] = ref
         self._cut.discard(key)
         body = {"event_ref": ref, "session_key": key, "event": summary, "queue_depth": self._depth(key)}
+        # A stopping runner refuses the message ("not accepting new work") or its stop cancels
+        # the cycle at once: Hermes never runs it, so the daemon keeps its frame unsettled
+        # (replayed after the restart) and the cut-off turn before it open.
+        if self._gateway_stopping():
+            body["draining"] = True
         if absorbed_refs(event):
             body["absorbed_refs"] = absorbed_refs(event)
         authority = getattr(event, "_canon_authority", None)
