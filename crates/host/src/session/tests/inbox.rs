@@ -619,25 +619,16 @@ fn a_turn_started_while_the_gateway_stops_settles_nothing_and_keeps_the_cut_off_
         Some("e-1"),
         "e-2 is replayed"
     );
-    let mut open = OpenTurns::default();
-    let mut handled = HandledSet::default();
+    // What the journal holds after these records, as the restarted daemon loads it.
+    let mut loaded = canon_inbox::Loaded::default();
     for record in &journal {
-        match record {
-            Record::TurnOpened {
-                session_key,
-                conversation_id,
-                message_ids,
-            } => open.open(session_key, conversation_id, message_ids),
-            Record::TurnClosed { session_key } => {
-                open.close(session_key);
-            }
-            Record::Handled { message_id, at_ms } => {
-                handled.insert(message_id, *at_ms);
-            }
-            _ => {}
-        }
+        loaded.apply(record);
     }
-    let held: Vec<Vec<String>> = open.iter().map(|t| t.message_ids.clone()).collect();
+    let held: Vec<Vec<String>> = loaded
+        .open_turns
+        .iter()
+        .map(|t| t.message_ids.clone())
+        .collect();
     assert_eq!(
         held,
         [vec!["m-1".to_owned()]],
@@ -646,7 +637,7 @@ fn a_turn_started_while_the_gateway_stops_settles_nothing_and_keeps_the_cut_off_
     // The restarted daemon: Hermes' resume answers m-1, and the replayed m-2 is handed over.
     let mut next = Daemon::connected();
     next.session
-        .inbox_resume(Some("e-1".into()), handled, &open);
+        .inbox_resume(loaded.cursor, loaded.handled, &loaded.open_turns);
     next.connect();
     let resume = next.handle_effects(turn_start_line("r1", "c1", None));
     assert_eq!(published_active(&resume), ["m-1"]);
