@@ -96,6 +96,14 @@ pub enum FaultAction {
         /// Milliseconds.
         ms: u64,
     },
+    /// Wait `ms` (real time), then drop the connection without processing or responding: a
+    /// request lost in transit while its client waits for it, so a client killed meanwhile
+    /// leaves nothing behind (unlike `delay_before`, whose request is processed even after
+    /// its client went away).
+    Stall {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// Process, then wait `ms` (real time) before responding.
     DelayAfter {
         /// Milliseconds.

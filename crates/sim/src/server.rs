@@ -334,6 +334,11 @@ async fn handle(
         Some(FaultAction::DelayBefore { ms }) => {
             tokio::time::sleep(Duration::from_millis(*ms)).await
         }
+        Some(FaultAction::Stall { ms }) => {
+            tokio::time::sleep(Duration::from_millis(*ms)).await;
+            journal(0, Value::Null);
+            return Err(Aborted);
+        }
         _ => {}
     }
     if req.method == "GET" && req.path == "/agents/stream" {

@@ -351,6 +351,65 @@ async fn killed_daemon_is_respawned_and_the_turn_completes_once() {
     );
 }
 
+/// A daemon killed twice while it delivers the final (issue 16's fault harness found this): the
+/// final's request never reaches Canon either time (the simulator stalls it, then drops it
+/// unprocessed), so only a third daemon can store it. The shim sends `turn.complete` again after
+/// every exit it survives (up to its crash-loop limit), so the turn still ends with exactly one
+/// `turn_complete` and its closing state; with a single resend the second kill failed Hermes'
+/// completion hook and the answer was never stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_killed_twice_during_the_final_still_completes_the_turn_once() {
+    use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+
+    let sc = start("queue").await;
+    sc.sim.add_fault(FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some("POST".into()),
+            path: Some("/messages/send".into()),
+            agent: Some(DEFAULT_AGENT.into()),
+            times: Some(2),
+            ..FaultMatcher::default()
+        },
+        action: FaultAction::Stall { ms: 60_000 },
+        seen: 0,
+        fired: 0,
+    });
+    let first = sc.start_slow_turn().await;
+    let turn1 = turn_of(&sc.sim, &first).expect("the first turn");
+    let mut old = Vec::new();
+    for n in 1..=2 {
+        sc.wait(&format!("final attempt {n} stalled"), move |s| {
+            s.faults.list().first().is_some_and(|r| r.fired >= n)
+        })
+        .await;
+        let pids = sc.gateway.daemon_pids();
+        assert_eq!(pids.len(), 1, "one daemon child: {pids:?}\n{}", sc.dump());
+        assert!(!old.contains(&pids[0]), "a new daemon delivers attempt {n}");
+        sc.gateway.kill_daemons();
+        old.extend(pids);
+    }
+    sc.next_daemon(&old).await;
+    let finals = sc.settle_with_finals(1).await;
+    let dump = sc.dump();
+    assert_eq!(
+        finals,
+        vec![(turn1.clone(), SLOW_ANSWER.to_owned())],
+        "one turn_complete on the twice-resynced turn\n{dump}"
+    );
+    assert_eq!(
+        last_state(&sc.sim, &turn1).as_deref(),
+        Some("completed"),
+        "{dump}"
+    );
+    assert!(
+        !sc.gateway
+            .log_tail()
+            .contains("on_processing_complete hook failed"),
+        "Hermes' completion hook did not fail\n{dump}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn daemon_crash_loop_hands_over_to_the_gateway_reconnect() {
     let sc = start("queue").await;

@@ -85,6 +85,29 @@ async fn drops_resets_and_delays() {
     );
 }
 
+/// A stalled request is dropped after its wait and never processed: nothing is stored.
+#[tokio::test]
+async fn a_stalled_request_is_dropped_without_being_processed() {
+    let sim = sim().await;
+    sim.add_fault(rule(json!({"matcher": {"path": "/messages/send", "times": 1}, "action": {"type": "stall", "ms": 40}})));
+    let body = send("stalled").to_string();
+    let start = std::time::Instant::now();
+    assert!(raw(
+        sim.addr(),
+        "POST",
+        "/messages/send",
+        &[("authorization", &format!("Bearer {}", sim.api_key()))],
+        Some(body.as_bytes())
+    )
+    .await
+    .is_err());
+    assert!(start.elapsed() >= std::time::Duration::from_millis(40));
+    assert_eq!(sim.read_state(|s| s.messages.len()), 0, "nothing stored");
+    let journal = sim.journal(0, Some("/messages/send"));
+    assert_eq!(journal.iter().map(|e| e.status).collect::<Vec<_>>(), [0]);
+    assert_eq!(sim.read_state(|s| s.faults.list()[0].fired), 1);
+}
+
 #[tokio::test]
 async fn malformed_success_bodies() {
     let sim = sim().await;

@@ -28,9 +28,10 @@ from gateway.platforms.base import BasePlatformAdapter, MessageEvent, MessageTyp
 from gateway.session import build_session_key
 
 from ._busy import BusySeam, absorbed_refs, event_summary
-from ._constants import (CONTROL_ID_PREFIX, DAEMON_EXITED, INTERNAL, MULTIPLEX_MESSAGE, NOT_CONNECTED, PLATFORM,
+from ._constants import (CONTROL_ID_PREFIX, INTERNAL, MULTIPLEX_MESSAGE, NOT_CONNECTED, PLATFORM,
                          STREAMING_OVERFLOW_LIMIT, TIMEOUTS, UNKNOWN_TYPE, MAX_MESSAGE_LENGTH as MESSAGE_LIMIT)
-from ._daemon import CRASH_LOOP, MANIFEST, SUPERVISOR, DaemonError, call, multiplex_active, turn_ctx
+from ._daemon import (CRASH_LOOP, MANIFEST, SUPERVISOR, DaemonError, call, call_resent, multiplex_active,
+                      turn_ctx)
 from ._tools import tool_availability
 
 OGG = {"audio/ogg": ".ogg", "audio/opus": ".ogg"}  # Hermes' transcription refuses .oga and .opus
@@ -271,15 +272,12 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         # which the daemon derives the same standalone ids. Failing it instead would flip
         # Hermes' stream consumer into tail-only fallback for the rest of the answer
         # (hermes-host.md §10).
-        for attempt in (1, 2):
-            try:
-                result = await call(kind, body)
-            except DaemonError as exc:
-                if attempt == 1 and exc.code == DAEMON_EXITED and kind in RESENDABLE:
-                    continue
-                return _send_result({"error": str(exc), "retryable": exc.retryable})
-            self._keep_answer(kind, body, result)
-            return _send_result(result)
+        try:
+            result = await (call_resent if kind in RESENDABLE else call)(kind, body)
+        except DaemonError as exc:
+            return _send_result({"error": str(exc), "retryable": exc.retryable})
+        self._keep_answer(kind, body, result)
+        return _send_result(result)
 
     def _keep_answer(self, kind, body, result):
         """Keeps what a respawned daemon needs to rebuild a session's answer, which died with the
@@ -449,16 +447,10 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         if authority:
             body["reply_authority"] = authority
         # A daemon that died during `turn.start` is respawned; the new one opens the turn (the
-        # event's summary and reply authority travel in the body). Without the second attempt
+        # event's summary and reply authority travel in the body). Without sending it again
         # Hermes would run the turn with no Canon turn open, and its answer would reply to
         # nothing.
-        for attempt in (1, 2):
-            try:
-                answered = await call("turn.start", body)
-                break
-            except DaemonError as exc:
-                if attempt == 2 or exc.code != DAEMON_EXITED:
-                    raise
+        answered = await call_resent("turn.start", body)
         self._track(key, ref, summary, started, answered, authority)
 
     def _waits_in_queue(self, key, event):
@@ -485,16 +477,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
                 "queue_depth": self._depth(key), "draining": self._gateway_stopping()}
         # The turn stays open (and so in a `resync`) until its daemon answered: a daemon killed
         # during the final's delivery is respawned, gets the turn and its kept answer back, and
-        # the completion is sent again; the final lands on the same operation-bound id.
+        # the completion is sent again, after every such exit; the final lands on the same
+        # operation-bound id. A turn the shim does not hold has nothing to resync and is sent once.
         turn = self._open.get(key)
         try:
-            for attempt in (1, 2):
-                try:
-                    await call("turn.complete", body)
-                    return
-                except DaemonError as exc:
-                    if attempt == 2 or exc.code != DAEMON_EXITED or turn is None:
-                        raise
+            await (call if turn is None else call_resent)("turn.complete", body)
         finally:
             if self._open.get(key) is turn:
                 self._open.pop(key, None)

@@ -572,3 +572,21 @@ SUPERVISOR = Supervisor()  # survives re-registration (hermes-host.md §2.5): on
 async def call(kind, body):
     """`kind` on the live child (spawned when needed) from the gateway loop, with its timeout."""
     return await (await SUPERVISOR.aget()).acall(kind, body, TIMEOUTS[kind])
+
+
+async def call_resent(kind, body):
+    """`call`, sent again to the respawned child each time its daemon exits before answering, as
+    long as the supervisor respawns: at most `CRASH_LIMIT` attempts (that many exits halt it as a
+    crash loop, whose refusal is raised) and never while the gateway stops. For requests whose
+    repeat is safe because the respawned daemon was resynced with what they need (an edit
+    carries the whole text, a final lands on its operation-bound id, a turn's start and
+    completion name their event). One resend was not enough: a daemon killed again while it
+    delivered the resent final lost the answer and left the Canon turn open for good."""
+    for attempt in range(1, CRASH_LIMIT + 1):
+        try:
+            return await call(kind, body)
+        except DaemonError as exc:
+            if exc.code != DAEMON_EXITED or attempt == CRASH_LIMIT or SUPERVISOR._gateway_stopping():
+                raise
+            log.info("canon-hermes: %s cut off by a daemon exit; sending it again (attempt %d)",
+                     kind, attempt + 1)
