@@ -43,7 +43,7 @@ fn script() -> Script {
 
 struct Scenario {
     sim: SimHandle,
-    _model: ModelServer,
+    model: ModelServer,
     gateway: Gateway,
 }
 
@@ -54,14 +54,19 @@ async fn start(busy_input_mode: &'static str) -> Scenario {
     let model = ModelServer::start(script(), 0)
         .await
         .expect("the model server starts");
-    let options = GatewayOptions {
+    let mut options = GatewayOptions {
         busy_input_mode,
         ..GatewayOptions::default()
     };
+    // `CANON_TEST_DAEMON_LOG` becomes the daemon's `RUST_LOG` (its lines reach the gateway's
+    // output, which a failure prints).
+    if let Ok(log) = std::env::var("CANON_TEST_DAEMON_LOG") {
+        options.env.push(("RUST_LOG".to_owned(), log));
+    }
     let gateway = tokio::task::block_in_place(|| start_gateway_with(&sim, &model, &options));
     let scenario = Scenario {
         sim,
-        _model: model,
+        model,
         gateway,
     };
     scenario
@@ -79,8 +84,29 @@ impl Scenario {
 
     fn dump(&self) -> String {
         let state = self.sim.state();
+        // Every durable send the simulator saw, answered or not (0: dropped unanswered).
+        let sends: Vec<String> = self
+            .sim
+            .journal(0, Some("/messages/send"))
+            .iter()
+            .map(|e| {
+                format!(
+                    "#{} {} turn={} replyTo={} {:?}",
+                    e.seq,
+                    e.status,
+                    e.body["metadata"]["turnId"],
+                    e.body["replyTo"],
+                    e.body["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(24)
+                        .collect::<String>()
+                )
+            })
+            .collect();
         format!(
-            "sim messages: {}\nturn states: {:?}\n{}",
+            "sim messages: {}\nturn states: {:?}\nsends: {sends:#?}\n{}",
             state["messages"],
             self.sim
                 .read_state(|s| turn_states_by_turn(s, DEFAULT_CONVERSATION)),
@@ -408,6 +434,118 @@ async fn a_daemon_killed_twice_during_the_final_still_completes_the_turn_once() 
             .contains("on_processing_complete hook failed"),
         "Hermes' completion hook did not fail\n{dump}"
     );
+}
+
+/// Two follow-ups dequeued back to back while the first boundary's final is still on its way to
+/// Canon (issue 16's fault harness, seed 21): the slow turn closes at the first follow-up's first
+/// send, but its final stalls in Canon; the first follow-up answers and the second is dequeued;
+/// then the daemon is killed. The shim keeps every boundary-closed turn until its `turn.closed`
+/// (it kept only the newest, so the slow turn was neither resynced nor published as delivered,
+/// and its answer was lost), and the respawned daemon gets the chain back in order: the slow
+/// turn, each dequeue and each follow-up's answer. Every message gets exactly one
+/// `turn_complete` under its own turn, and every turn closes.
+#[tokio::test(flavor = "multi_thread")]
+async fn follow_ups_dequeued_while_a_boundary_final_is_in_flight_survive_a_kill() {
+    follow_ups_behind_a_stalled_final(KillPoint::SecondFollowUpAsked).await;
+}
+
+/// As above, but the daemon is killed only once the first follow-up's final is stored: each
+/// turn's final travels on its own, so it got to Canon before the stalled one. The shim took
+/// that `turn.closed` as "every earlier turn got there too" and dropped the slow turn, whose
+/// answer was then lost; it now keeps the chain until its oldest turn is closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_later_final_stored_before_a_stalled_one_keeps_the_stalled_turn_for_the_respawn() {
+    follow_ups_behind_a_stalled_final(KillPoint::FirstFollowUpStored).await;
+}
+
+#[derive(Clone, Copy)]
+enum KillPoint {
+    /// Once Hermes asked the model about the second follow-up (it dequeued it).
+    SecondFollowUpAsked,
+    /// Once the first follow-up's `turn_complete` is stored.
+    FirstFollowUpStored,
+}
+
+async fn follow_ups_behind_a_stalled_final(kill_point: KillPoint) {
+    use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
+    const SECOND_FOLLOW_UP: &str = "FOLLOWUP and one more thing";
+
+    let sc = start("queue").await;
+    let first = sc.start_slow_turn().await;
+    // The slow turn's final is the agent's first durable send: it never reaches Canon.
+    sc.sim.add_fault(FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some("POST".into()),
+            path: Some("/messages/send".into()),
+            agent: Some(DEFAULT_AGENT.into()),
+            times: Some(1),
+            ..FaultMatcher::default()
+        },
+        action: FaultAction::Stall { ms: 60_000 },
+        seen: 0,
+        fired: 0,
+    });
+    let second = sc.say(FOLLOW_UP, None);
+    let third = sc.say(SECOND_FOLLOW_UP, None);
+    sc.wait("the slow turn's final stalled", |s| {
+        s.faults.list().first().is_some_and(|r| r.fired >= 1)
+    })
+    .await;
+    match kill_point {
+        KillPoint::SecondFollowUpAsked => {
+            // Hermes asks the model about the second follow-up only after dequeuing it.
+            let deadline = std::time::Instant::now() + TURN;
+            while !sc.model.requests().iter().any(|r| {
+                r["messages"]
+                    .as_array()
+                    .and_then(|m| m.iter().rfind(|m| m["role"] == "user"))
+                    .is_some_and(|m| m["content"].to_string().contains("one more thing"))
+            }) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the second follow-up was never dequeued\n{}",
+                    sc.dump()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        KillPoint::FirstFollowUpStored => {
+            sc.wait("the first follow-up's final stored", |s| {
+                s.messages.iter().any(|m| {
+                    m.message["metadata"]["turnSemantics"] == "turn_complete"
+                        && m.message["replyTo"] == second.as_str()
+                })
+            })
+            .await;
+        }
+    }
+    let before = sc.gateway.daemon_pids();
+    sc.gateway.kill_daemons();
+    sc.next_daemon(&before).await;
+
+    let finals = sc.settle_with_finals(3).await;
+    let dump = sc.dump();
+    let turns: Vec<Option<String>> = [&first, &second, &third]
+        .iter()
+        .map(|m| turn_of(&sc.sim, m))
+        .collect();
+    let expected: Vec<(String, String)> = turns
+        .iter()
+        .zip([SLOW_ANSWER, FOLLOW_UP_ANSWER, FOLLOW_UP_ANSWER])
+        .map(|(t, a)| (t.clone().unwrap_or_default(), a.to_owned()))
+        .collect();
+    let mut finals = finals;
+    // Canon stores the stalled final last; what matters is one per turn, under its own turn.
+    finals.sort_by_key(|(turn, _)| turns.iter().position(|t| t.as_deref() == Some(turn)));
+    assert_eq!(finals, expected, "one turn_complete per message\n{dump}");
+    for turn in turns.iter().flatten() {
+        assert_eq!(
+            last_state(&sc.sim, turn).as_deref(),
+            Some("completed"),
+            "{dump}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

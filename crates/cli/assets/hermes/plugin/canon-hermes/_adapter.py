@@ -141,7 +141,13 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._open = {}  # session_key → open turn, resent by `resync`
         self._answers = {}  # session_key → the run's kept answer (`_keep_answer`)
         self._deferred = []  # dequeue boundaries waiting for a respawned daemon
-        self._before = {}  # session_key → (running turn, its answer, dequeue step) until the boundary
+        # session_key → [(running turn, its answer, dequeue step, closed), …], oldest first: each
+        # turn a dequeue ended, kept until `turn.closed` says its final reached Canon for it and
+        # for every turn before it. Back-to-back dequeues can end a second turn while the first
+        # one's final is still on its way, and each turn's final travels on its own: the second
+        # may reach Canon first (`closed`), and is still replayed so the first one's boundary
+        # lands where it did.
+        self._before = {}
         self._delivered = {}  # session_key → boundary-closed turns whose final Canon stored, this run
         self._runs = {}  # session_key → event_ref of the Canon turn Hermes is running
 
@@ -192,12 +198,14 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         """After a respawn (worker thread): reconnect, hand the open turns over, then send each
         turn's kept answer again (`_keep_answer`)."""
         self._attach(d, True)
-        # A session whose follow-up was dequeued but whose running turn the daemon had not
-        # closed yet hands over the running turn; the dequeue is sent again after its answer.
-        before = dict(self._before)
+        # A session whose follow-up was dequeued but whose running turn's final had not reached
+        # Canon yet hands over that (oldest) running turn; each dequeue after it is sent again
+        # after the answer of the turn it ended, so the respawned daemon sees the same sequence.
+        before = {key: list(chain) for key, chain in self._before.items() if chain}
         open_turns = {t["session_key"]: (t, self._answers.get(t["session_key"]))
                       for t in self._open.values()}
-        for key, (running, answer, _step) in before.items():
+        for key, chain in before.items():
+            running, answer, _step, _closed = chain[0]
             open_turns[key] = (running, answer)
         turns = [dict(t) for t, _ in open_turns.values()]
         depths = {t["session_key"]: self._depth(t["session_key"]) for t in turns}
@@ -210,28 +218,32 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             for step in [first] + ([last] if last is not first else []):
                 if step:
                     d.call(step[0], step[1], TIMEOUTS[step[0]])
-        # A follow-up whose answer had started (its first send replied to its message) sends
-        # that answer again after its boundary, so the respawned daemon closes the running
-        # turn there and gives the follow-up's text to the follow-up's turn.
-        started_answers = {}
-        for key, (running, answer, step) in before.items():
-            follow = self._answers.get(key) or {}
-            if "after" not in follow and follow.get("first"):
-                started_answers[key] = follow
-            # The follow-up keeps the turn id the old daemon answered (Canon may show it).
-            answered = (self._open.get(key) or {}).get("turn_id")
-            if answered:
-                step = step[:4] + (dict(step[4], turn_id=answered),) + step[5:]
-            self._open[key], self._answers[key] = running, dict(answer or {})
-            self._deferred.insert(0, step)
+        # After each dequeue of a chain, the follow-up's answer so far (its first send replied
+        # to its message) is sent again, so the respawned daemon closes the turn before it there
+        # and gives the follow-up's text to the follow-up's turn. The follow-up of a chain's
+        # last dequeue is the session's open turn; an answer it has not started is not sent.
+        replay = []
+        for key, chain in before.items():
+            latest = self._answers.get(key) or {}
+            latest = latest if "after" not in latest and latest.get("first") else None
+            for i, (_running, _answer, step, _closed) in enumerate(chain):
+                later = chain[i + 1] if i + 1 < len(chain) else None
+                follow_up = later[0] if later else self._open.get(key)
+                # The follow-up keeps the turn id the old daemon answered (Canon may show it).
+                answered = (follow_up or {}).get("turn_id")
+                if answered:
+                    step = step[:4] + (dict(step[4], turn_id=answered),) + step[5:]
+                replay.append((step, later[1] if later else latest))
+            self._open[key], self._answers[key] = chain[0][0], dict(chain[0][1] or {})
         self._before = {}
         deferred, self._deferred = self._deferred, []
-        for step in deferred:  # boundaries of follow-ups dequeued while the daemon was down
+        # Then the boundaries of follow-ups dequeued while the daemon was down.
+        for step, follow in replay + [(step, None) for step in deferred]:
             key, ref, summary, started, _body, authority, _message_id = step
             self._boundary(step, lambda b: self._track(
                 key, ref, summary, started, d.call("turn.accepted", b, TIMEOUTS["turn.start"]),
                 authority))
-            follow = started_answers.pop(key, None) or {}
+            follow = follow or {}
             first, last = follow.get("first"), follow.get("last")
             for kept in [first] + ([last] if last is not first else []):
                 if kept:
@@ -300,7 +312,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             # Canon refused the replay of the first for a metadata difference.
             raw = result.get("raw_response") or {}
             took_an_id = not any(raw.get(marker) for marker in NOT_DURABLE)
-            for turn in (self._open.get(key), (self._before.get(key) or (None,))[0]):
+            for turn in (self._open.get(key), (self._before.get(key) or [(None,)])[-1][0]):
                 if turn is not None and took_an_id and result.get("message_id") != turn.get("turn_id"):
                     turn["durable_sent"] = True
         if kind not in RESENDABLE:
@@ -312,18 +324,18 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             # consumer finalizes that answer after the dequeue), kept with the running turn.
             if kind != "adapter.send" or answer["after"] not in (body.get("reply_to"),
                                                                   meta.get("reply_to_message_id")):
-                before = self._before.get(key)
-                if before is not None:
-                    running, kept, step = before
+                chain = self._before.get(key)
+                if chain:  # the newest turn a dequeue ended
+                    running, kept, step, closed = chain[-1]
                     kept = dict(kept or {})
                     if kind == "adapter.send":
                         kept.setdefault("first", (kind, body))
                     kept["last"] = (kind, body)
-                    self._before[key] = (running, kept, step)
+                    chain[-1] = (running, kept, step, closed)
                 return
             # The daemon closes the running turn now, but its final may still be on its way
             # to Canon: the running turn stays in `_before` until `turn.closed` says it got
-            # there (or the run completes).
+            # there (or the run completes), even when a later dequeue ends the next one.
             del answer["after"]
         if kind == "adapter.send":
             answer.setdefault("first", (kind, body))
@@ -522,7 +534,7 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         key, _ref, _summary, _started, body, _authority, message_id = step
         running = self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
         if running is not None:
-            self._before[key] = (running, self._answers.get(key), step)
+            self._before.setdefault(key, []).append((running, self._answers.get(key), step, False))
         self._answers[key] = {"after": message_id}  # the follow-up's answer starts
         send(body)
 
@@ -608,13 +620,20 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             (self._mark_connected if body.get("connected") else self._mark_disconnected)()
         elif kind == "turn.closed":  # a dequeue boundary's running turn reached Canon
             key = body.get("session_key")
-            before = self._before.get(key)
-            if before is not None and before[0].get("turn_id") == body.get("turn_id"):
-                del self._before[key]
+            chain = self._before.get(key) or []
+            for i, (running, answer, step, _closed) in enumerate(chain):
+                if running.get("turn_id") == body.get("turn_id"):
+                    chain[i] = (running, answer, step, True)
+            # Each turn's final travels on its own, so a later turn's may get there first: only
+            # the closed turns at the head of the chain leave it (a respawn replays the rest,
+            # from the oldest turn still on its way).
+            kept = self._delivered.setdefault(key, [])
+            while chain and chain[0][3]:
                 # Its closing state comes 750 ms later; a respawned daemon publishes it.
-                kept = self._delivered.setdefault(key, [])
-                kept.append(before[0])
-                del kept[:-16]  # a long run's older turns were published long ago
+                kept.append(chain.pop(0)[0])
+            del kept[:-16]  # a long run's older turns were published long ago
+            if key in self._before and not chain:
+                del self._before[key]
         return None
 
     async def _control(self, body):
