@@ -1476,7 +1476,10 @@ impl TurnMachine {
                         }
                     }
                     if turn.closing.as_ref().is_some_and(|c| c.disconnected) {
-                        // Nobody waits out a handoff any more: close it now.
+                        // Nobody waits out a handoff any more: close it now. Its final is
+                        // in Canon, so its clear salvages nothing (and is dropped when a
+                        // later turn wrote the node).
+                        push_clear(&mut self.clears, out, &turn.id, &turn.conversation_id);
                         finish_close(turn, self.config, now, out);
                     } else {
                         self.closing.push(turn);
@@ -1854,7 +1857,10 @@ impl TurnMachine {
         self.sessions.clear();
         self.typing.clear();
         self.media_ops.clear();
-        self.node_owners.clear();
+        // `node_owners` stays: it says which turn wrote each live node last, which holds
+        // across a disconnect. Clearing it here let this call's own clears (judged after it
+        // returns) and those of finals stored later wipe a follow-up's live answer (fault
+        // harness seed 1: Canon salvaged it into a second copy beside its final).
     }
 
     /// The open lifecycle turn an outbound call belongs to (turns.md §7.1):

@@ -340,3 +340,53 @@ fn a_dequeue_sent_again_after_a_respawn_keeps_its_turn_id() {
     assert!(refused.iter().any(|e| matches!(e, Effect::PublishTurn(p)
         if p.turn_id.as_deref() == Some(turn_id(2).as_str()))));
 }
+
+/// A gateway stop while the follow-up's final is still on its way (fault harness seed 1): the
+/// first turn's final is stored and it waits out its handoff; the follow-up's answer lives in
+/// the node. The stop closes the first turn at once, but its clear must not wipe the
+/// follow-up's live answer: Canon would salvage that into a `progress` copy beside the
+/// follow-up's own final a moment later. The follow-up, stored after the stop, clears its node
+/// itself then (its final is in Canon, so nothing is salvaged).
+#[test]
+fn a_gateway_stop_does_not_clear_a_follow_ups_answer_whose_final_is_in_flight() {
+    let mut steps = streaming_first_turn();
+    steps.extend::<Vec<Step>>(vec![
+        (2, dequeue(follow_up(3, "m2", 2), false), &["reply r3 started T2"]),
+        (3, edit(4, "Answer one", true), &[
+            "stream set T1 text=\"Answer one\" blocks=[text:T1:1:completed]",
+            "turn streaming T1 q=0",
+            "reply r4 preview T1",
+        ]),
+        (4, send_replying(5, "Answer two ▉", Some("m2"), false, json!({"expect_edits": true})), &[
+            "deliver op1 messages conv-1 [base turn_complete \"Answer one\" trail=[text:T1:1:completed]]",
+            "ack conv-1 m2",
+            "read conv-1",
+            "turn thinking T2 q=2 active=m2",
+            "stream set T2 text=\"Answer two ▉\" blocks=[text:T2:1:running]",
+            "turn streaming T2 q=2",
+            "reply r5 preview T2",
+        ]),
+        (5, delivered(1), &["turn.closed T1 (conv-1)"]),
+        (6, edit(6, "Answer two", true), &[
+            "stream set T2 text=\"Answer two\" blocks=[text:T2:1:completed]",
+            "turn streaming T2 q=2",
+            "reply r6 preview T2",
+        ]),
+        (7, complete(7, Outcome::Success), &[
+            "deliver op2 messages conv-1 [base turn_complete \"Answer two\" trail=[text:T2:1:completed]]",
+        ]),
+        // The stop: the first turn closes now, without touching the follow-up's node; the
+        // follow-up's completion is answered, its final still in flight.
+        (8, Input::Disconnect, &[
+            "turn completed T1 q=2",
+            "typing.resume conv-1",
+            "reply r7 done",
+        ]),
+        (9, delivered(2), &[
+            "stream clear conv-1",
+            "turn completed T2 q=0",
+            "typing.resume conv-1",
+        ]),
+    ]);
+    check(steps);
+}

@@ -265,8 +265,8 @@ fn resynced_turn_keeps_its_id() {
 /// waiting host requests are answered (a turn-less send as unconfirmed: its
 /// delivery may have landed). A turn whose final is still in flight is the
 /// exception: the final's outcome, which the daemon's exit grace waits for,
-/// publishes its closing state (fault harness finding, issue 16: the turn
-/// stayed working in Canon).
+/// publishes its closing state and clears its live node (fault harness finding,
+/// issue 16: the turn stayed working in Canon).
 #[test]
 fn disconnect_drops_everything() {
     let machine = check(vec![
@@ -286,7 +286,8 @@ fn disconnect_drops_everything() {
             "reply r3 done",
             "reply r4 failed \"Canon send timed out unconfirmed; it may have been delivered, so it is not retried\" retryable=false",
         ]),
-        (5, delivered(1), &["turn completed T1 q=0", "typing.resume conv-1"]),
+        // Its node is its own: the clear goes with the closing state, as after a handoff.
+        (5, delivered(1), &["stream clear conv-1", "turn completed T1 q=0", "typing.resume conv-1"]),
     ]);
     assert_eq!(machine.next_deadline(), None);
     assert_eq!(machine.open_turn(S1), None);
