@@ -24,13 +24,11 @@
 //! - **unclosed turns**: Canon turns that never got a closing state (`completed` or
 //!   `interrupted`): the agent would show as working there until Canon reads the turn stale.
 //!
-//! It is not part of `cargo test` or CI yet (`test = false` in `Cargo.toml`): at 200 messages
-//! with 4 kills and 2 restarts seeds 3, 5, 11, 13 and 21 report 0 lost, 0 answered twice and 0
-//! lost approvals, but seeds 13 and 21 still leave one or two Canon turns that streamed and never
-//! got a closing state, so a run can still fail on timing (issue 16). The
-//! default is the short run with one restart
-//! (`cargo test -p canon-hermes --test faults -- --nocapture`; `CANON_FAULTS_RESTARTS=0` for
-//! kills only); a longer one:
+//! `cargo test` (and so CI) runs the short default: 40 messages in 4 conversations, 2
+//! approvals, 3 daemon kills and 1 gateway restart, seed 3, about 40 s; seeds 1 to 12 of it
+//! and seeds 13 and 21 at 200 messages with 4 kills and 2 restarts report every count 0.
+//! On its own: `cargo test -p canon-hermes --test faults -- --nocapture`
+//! (`CANON_FAULTS_RESTARTS=0` for kills only); a longer one:
 //! `CANON_FAULTS_MESSAGES=400 CANON_FAULTS_CONVERSATIONS=8 CANON_FAULTS_APPROVALS=4
 //! CANON_FAULTS_KILLS=4 CANON_FAULTS_RESTARTS=3 CANON_FAULTS_SEED=7
 //! cargo test -p canon-hermes --test faults -- --nocapture` (README "Fault harness").
