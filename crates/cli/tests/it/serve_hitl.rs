@@ -561,6 +561,57 @@ async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     assert_eq!(shim.close().await, Some(0));
 }
 
+/// An exec approval nobody is known to expect (the reliability review's M5): a `sudo` command
+/// asks no particular human, and this Canon knows no owner for the agent, so its create
+/// response names no responder and `GET /agents/me` has no `ownerId`. A guest of the group then
+/// allows it with `approve-all`. That allow came from someone the daemon cannot check, so it is
+/// a deny; it used to be trusted, and even became a session-wide grant.
+#[tokio::test]
+async fn an_exec_approval_with_no_known_responder_is_denied_whoever_allows_it() {
+    let sim = hitl_sim().await;
+    sim.with_state(|s| {
+        if let Some(agent) = s.principals.get_mut(DEFAULT_AGENT) {
+            agent.owner_id = None;
+        }
+    });
+    let mut shim = connected(&sim, &[("HERMES_APPROVAL_TIMEOUT", "30")], json!({})).await;
+    let guest_ctx = json!({"platform": "canon", "chat_id": GROUP, "session_key": SESSION,
+                           "user_id": GUEST});
+    sent(
+        &send_approval(
+            &mut shim,
+            GROUP,
+            guest_ctx,
+            json!({"command": "/usr/bin/sudo rm -rf /tmp/scratch"}),
+        )
+        .await,
+    );
+    let request = interaction_requests(&sim)[0].clone();
+    assert!(request.get("responseUserId").is_none(), "{request}");
+    let id = request["approvalId"].as_str().expect("id").to_owned();
+    let echoed = sim.read_state(|s| {
+        s.interactions
+            .get(&(GROUP.to_owned(), "approval".to_owned(), id.clone()))
+            .map(|i| i.response_user_id.clone())
+    });
+    assert_eq!(echoed, Some(None), "this Canon names no responder");
+    respond(
+        &sim,
+        Response {
+            conversation_id: GROUP.into(),
+            kind: "approval".into(),
+            id,
+            decision: Some("allow".into()),
+            session_rule: Some(json!({"type": "approve-all"})),
+            responded_by: Some(GUEST.into()),
+            ..Response::default()
+        },
+    );
+    let body = resolved(&mut shim, "approval.resolve", json!({"resolved": 1})).await;
+    assert_eq!(body, json!({"session_key": SESSION, "choice": "deny"}));
+    assert_eq!(shim.close().await, Some(0));
+}
+
 #[tokio::test]
 async fn hermes_approval_timeout_bounds_the_canon_deadline_and_denies() {
     let sim = hitl_sim().await;
