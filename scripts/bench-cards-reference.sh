@@ -6,8 +6,10 @@
 #    into its own venv under .cache/cards-reference/ (once; reused afterwards).
 # 2. Writes the corpus as JSON lines with the card_corpus example.
 # 3. Runs the card_corpus criterion bench, which prints canon-cards' own pass figures.
-# 4. Times the reference on the same cards (scripts/bench_cards_reference.py) and prints the
-#    comparison; it fails if any verdict differs from canon-cards'.
+# 4. Times the reference on the same cards (scripts/bench_cards_reference.py), both over cards
+#    parsed up front and server-style (each card validated right after it is parsed, only the
+#    validation timed), and prints the comparison; it fails if any verdict differs from
+#    canon-cards'.
 #
 # Environment:
 #   CARDS_REF_DIR      working directory (default .cache/cards-reference)
