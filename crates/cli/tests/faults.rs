@@ -24,9 +24,12 @@
 //! - **unclosed turns**: Canon turns that never got a closing state (`completed` or
 //!   `interrupted`): the agent would show as working there until Canon reads the turn stale.
 //!
-//! `cargo test` (and so CI) runs the short default: 40 messages in 4 conversations, 2
-//! approvals, 3 daemon kills and 1 gateway restart, seed 3, about 40 s; seeds 1 to 12 of it
-//! and seeds 13 and 21 at 200 messages with 4 kills and 2 restarts report every count 0.
+//! Not part of `cargo test` (nor CI) for now: the kill and restart points are seeded but the
+//! timing around them is not, and repeated runs of the short default (40 messages in 4
+//! conversations, 2 approvals, 3 daemon kills and 1 gateway restart, seed 3, about 40 s) fail
+//! about one run in four or five: once a message answered by two finals, twice three Canon
+//! turns left unclosed after a daemon kill followed by a gateway restart (issue 16 stays open
+//! for these). Each seed of 1 to 12, and 13 and 21 at 200 messages, has passed a run.
 //! On its own: `cargo test -p canon-hermes --test faults -- --nocapture`
 //! (`CANON_FAULTS_RESTARTS=0` for kills only); a longer one:
 //! `CANON_FAULTS_MESSAGES=400 CANON_FAULTS_CONVERSATIONS=8 CANON_FAULTS_APPROVALS=4
