@@ -34,20 +34,28 @@ fn pass(cards: &[&Value]) -> usize {
         .count()
 }
 
-/// Median and best duration of one pass, over at least 30 passes and 2 seconds.
-fn measure(cards: &[&Value]) -> (Duration, Duration) {
+/// Median and best of the durations `timed_pass` reports, after 3 warm-up passes, over at
+/// least 30 passes and 2 seconds.
+fn measure_passes(mut timed_pass: impl FnMut() -> Duration) -> (Duration, Duration) {
     for _ in 0..3 {
-        black_box(pass(cards));
+        black_box(timed_pass());
     }
     let mut times = Vec::new();
     let start = Instant::now();
     while times.len() < 30 || start.elapsed() < Duration::from_secs(2) {
-        let t = Instant::now();
-        black_box(pass(cards));
-        times.push(t.elapsed());
+        times.push(timed_pass());
     }
     times.sort_unstable();
     (times[times.len() / 2], times[0])
+}
+
+/// Median and best duration of one bulk pass.
+fn measure(cards: &[&Value]) -> (Duration, Duration) {
+    measure_passes(|| {
+        let t = Instant::now();
+        black_box(pass(cards));
+        t.elapsed()
+    })
 }
 
 /// One server-style pass: every text parsed, then validated at once; returns the time spent
@@ -63,18 +71,9 @@ fn server_pass(texts: &[&str]) -> Duration {
     validating
 }
 
-/// Median and best validation time of one server-style pass, over at least 30 passes and 2 s.
+/// Median and best validation time of one server-style pass.
 fn measure_server(texts: &[&str]) -> (Duration, Duration) {
-    for _ in 0..3 {
-        black_box(server_pass(texts));
-    }
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while times.len() < 30 || start.elapsed() < Duration::from_secs(2) {
-        times.push(server_pass(texts));
-    }
-    times.sort_unstable();
-    (times[times.len() / 2], times[0])
+    measure_passes(|| server_pass(texts))
 }
 
 // A bench reports to the person running it; criterion prints its own figures the same way.
