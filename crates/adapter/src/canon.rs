@@ -18,12 +18,18 @@ use crate::config::{
     CLOSING_PUBLISH_RETRY_DELAYS, DISPOSITION_RETRY_DELAYS, IDLE_LANES, MAX_DISPOSITION_RETRIES,
     MAX_LANE_WRITES, NO_REPLY_RECORD_BUDGET, PREVIEW_WRITE_BUDGET,
 };
+use crate::inbox::InboxSink;
 use crate::Config;
 
 /// Work for one conversation's lane, done in order.
 enum LaneJob {
-    /// A best-effort Canon write.
-    Write { client: CanonClient, effect: Effect },
+    /// A best-effort Canon write, and the journal records that follow it once it landed or
+    /// Canon refused it for good (not after a failure a successor could still retry).
+    Write {
+        client: CanonClient,
+        effect: Effect,
+        then: Option<(InboxSink, Vec<canon_inbox::Record>)>,
+    },
     /// A response line to the shim, written once every earlier write of
     /// the lane finished (the closing publish happens inside `turn.complete`).
     Respond(String),
@@ -94,6 +100,28 @@ impl Writes {
 
     /// Queues a best-effort write in its conversation's lane.
     pub(crate) fn write(&mut self, client: CanonClient, effect: Effect) {
+        self.write_then(client, effect, None);
+    }
+
+    /// [`Writes::write`], then `records` to the journal once the write landed or Canon
+    /// refused it for good (a turn's closing publish, whose record tells a successor the turn
+    /// needs no closing any more).
+    pub(crate) fn write_journaled(
+        &mut self,
+        client: CanonClient,
+        effect: Effect,
+        sink: InboxSink,
+        records: Vec<canon_inbox::Record>,
+    ) {
+        self.write_then(client, effect, Some((sink, records)));
+    }
+
+    fn write_then(
+        &mut self,
+        client: CanonClient,
+        effect: Effect,
+        then: Option<(InboxSink, Vec<canon_inbox::Record>)>,
+    ) {
         let conversation = write_conversation(&effect).to_owned();
         if !self.touched.contains(&conversation) {
             self.touched.push(conversation.clone());
@@ -107,7 +135,15 @@ impl Writes {
             return;
         }
         let (jobs, held) = (lane.jobs.clone(), Arc::clone(&lane.held));
-        push(&jobs, &held, LaneJob::Write { client, effect });
+        push(
+            &jobs,
+            &held,
+            LaneJob::Write {
+                client,
+                effect,
+                then,
+            },
+        );
     }
 
     /// Writes `line` once the writes this input made before it finished:
@@ -242,7 +278,7 @@ async fn run_lane(
 ) {
     while let Some(job) = jobs.recv().await {
         match job {
-            LaneJob::Write { client, effect } if is_preview(&effect) => {
+            LaneJob::Write { client, effect, .. } if is_preview(&effect) => {
                 if !*exiting.borrow() {
                     let write =
                         tokio::time::timeout(preview_budget, write_one(client, effect, &retrying));
@@ -259,7 +295,16 @@ async fn run_lane(
                     }
                 }
             }
-            LaneJob::Write { client, effect } => write_one(client, effect, &retrying).await,
+            LaneJob::Write {
+                client,
+                effect,
+                then,
+            } => {
+                let settled = write_one(client, effect, &retrying).await;
+                if let (true, Some((sink, records))) = (settled, then) {
+                    sink.write(records);
+                }
+            }
             LaneJob::Respond(line) => send_out(&out, line).await,
             LaneJob::Barrier(done) => {
                 let _ = done.send(());
@@ -269,8 +314,9 @@ async fn run_lane(
     }
 }
 
-/// Performs one best-effort write; a failure is logged.
-async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsize>) {
+/// Performs one best-effort write; a failure is logged. Whether it is settled: it landed, or
+/// Canon refused it for good (a transient failure, once the retries are spent, is not).
+async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsize>) -> bool {
     let (what, result) = match &effect {
         Effect::PublishTurn(update) if update.state.is_closing() => (
             "closing runtime turn",
@@ -285,7 +331,7 @@ async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsi
             message_id,
         } => {
             let Err(error) = client.accept_disposition(conversation_id, message_id).await else {
-                return;
+                return true;
             };
             // The retries sleep for up to 40 s; they run beside the lane
             // so later writes keep their pace and order.
@@ -311,7 +357,7 @@ async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsi
                     "disposition release failed; too many retries pending"
                 );
             }
-            return;
+            return false;
         }
         Effect::RecordNoReply {
             conversation_id,
@@ -329,14 +375,18 @@ async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsi
                 Ok(result) => ("no_reply record", result.map(drop)),
                 Err(_) => {
                     tracing::debug!("no_reply record exceeded its budget");
-                    return;
+                    return false;
                 }
             }
         }
-        _ => return,
+        _ => return true,
     };
-    if let Err(error) = result {
-        tracing::warn!(what, %error, "best-effort Canon write failed");
+    match result {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(what, %error, "best-effort Canon write failed");
+            !canon_wire::retry::is_retryable_idempotent_write(error.kind())
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -253,8 +253,30 @@ fn lock_file(path: &Path, wait: Duration) -> Result<File, InboxError> {
 pub(crate) struct InboxWriter {
     scope: String,
     path: PathBuf,
-    tx: Option<mpsc::Sender<Vec<Record>>>,
+    tx: Sink,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The writer thread's channel, shared with the [`InboxSink`]s; emptied when the writer drops,
+/// so no sink keeps the thread alive past it.
+type Sink = Arc<Mutex<Option<mpsc::Sender<Vec<Record>>>>>;
+
+/// A handle that queues records for the journal from elsewhere (a Canon write lane, once its
+/// write landed). Records queued after the writer dropped are lost, as a crash would lose
+/// them.
+#[derive(Debug, Clone)]
+pub(crate) struct InboxSink(Sink);
+
+impl InboxSink {
+    /// Queues records for the journal, if it is still open.
+    pub(crate) fn write(&self, records: Vec<Record>) {
+        let tx = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = tx.as_ref() {
+            if tx.send(records).is_err() {
+                tracing::error!("the inbox writer stopped; records dropped");
+            }
+        }
+    }
 }
 
 impl InboxWriter {
@@ -288,7 +310,7 @@ impl InboxWriter {
             InboxWriter {
                 scope,
                 path,
-                tx: Some(tx),
+                tx: Arc::new(Mutex::new(Some(tx))),
                 thread: Some(thread),
             },
             loaded,
@@ -307,17 +329,18 @@ impl InboxWriter {
 
     /// Queues records for the journal.
     pub(crate) fn write(&self, records: Vec<Record>) {
-        if let Some(tx) = &self.tx {
-            if tx.send(records).is_err() {
-                tracing::error!(path = %self.path.display(), "the inbox writer stopped; records dropped");
-            }
-        }
+        self.sink().write(records);
+    }
+
+    /// A handle that queues records for this journal while it is open.
+    pub(crate) fn sink(&self) -> InboxSink {
+        InboxSink(Arc::clone(&self.tx))
     }
 }
 
 impl Drop for InboxWriter {
     fn drop(&mut self) {
-        self.tx = None;
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

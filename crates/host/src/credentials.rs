@@ -147,6 +147,7 @@ mod tests {
             id: "s:1".into(),
             re: "adapter.connect",
             busy_handler: true,
+            is_reconnect: false,
         };
         let connect = ResolveCall::connect(call.clone(), &config);
         assert!(connect.adopt);

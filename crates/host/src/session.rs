@@ -59,6 +59,15 @@ pub enum SessionEffect {
     /// A Canon write or durable delivery of the turn machine (never a
     /// `Reply`, `PauseTyping` or `ResumeTyping`, which become frames).
     Canon(Effect),
+    /// A best-effort Canon write (a turn's closing publish), then these records to the durable
+    /// inbox's journal once it landed or Canon refused it for good: a daemon killed before
+    /// then leaves the turn open in the journal, for a successor to close.
+    CanonJournaled {
+        /// The write.
+        effect: Effect,
+        /// What the journal gets after it.
+        records: Vec<canon_inbox::Record>,
+    },
     /// Stop these blocking interactions' tasks (by table key): they stop
     /// polling and cancel their interaction on Canon.
     CancelHitl(Vec<u64>),
@@ -650,6 +659,9 @@ impl Session {
                     session_key,
                     trigger_message_id,
                 } => out.extend(self.inbox_final_stored(&session_key, trigger_message_id)),
+                Effect::PublishTurn(update) => {
+                    out.extend(self.inbox_turn_published(update, now_ms))
+                }
                 other => out.push(SessionEffect::Canon(other)),
             }
         }

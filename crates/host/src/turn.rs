@@ -587,6 +587,7 @@ impl TurnMachine {
                 self.close_delivered(delivered_turns, now_ms, &mut out);
                 out.push(reply(request, HostReply::Done));
             }
+            Input::CloseAbandoned(turns) => self.close_abandoned(turns, now_ms, &mut out),
             Input::Timeout => self.on_timeout(now_ms, &mut out),
             Input::Exiting => self.on_exiting(now_ms, &mut out),
             Input::Disconnect => self.on_disconnect(now_ms, &mut out),
@@ -1778,6 +1779,48 @@ impl TurnMachine {
                 true,
                 verbosity,
             );
+            out.push(Effect::PublishTurn(turn.body(
+                TurnState::Completed,
+                None,
+                config,
+                now,
+            )));
+        }
+    }
+
+    /// Closes Canon turns an earlier gateway run left open (its daemon was killed, then the
+    /// gateway stopped before a respawned daemon could close them): each conversation's live
+    /// node is cleared once (a preview left there would read as the agent still typing) and
+    /// each turn gets `completed`, the state any ending other than a cancellation gets
+    /// (turns.md §7.5). A turn this machine runs is left alone.
+    fn close_abandoned(&mut self, turns: Vec<AbandonedTurn>, now: u64, out: &mut Vec<Effect>) {
+        let config = self.config;
+        let mut cleared: Vec<String> = Vec::new();
+        for abandoned in turns {
+            if abandoned.turn_id.is_empty()
+                || self.sessions.values().any(|t| t.id == abandoned.turn_id)
+                || self.closing.iter().any(|t| t.id == abandoned.turn_id)
+            {
+                continue;
+            }
+            tracing::info!(
+                turn_id = %abandoned.turn_id,
+                conversation_id = %abandoned.conversation_id,
+                "closing a Canon turn an earlier run left open"
+            );
+            let turn = Turn::new(
+                &abandoned.turn_id,
+                &abandoned.conversation_id,
+                abandoned.opened_at_ms,
+                true,
+                resolve_turn_verbosity(config.verbosity, ConversationType::Unknown),
+            );
+            if !cleared.contains(&abandoned.conversation_id) {
+                cleared.push(abandoned.conversation_id.clone());
+                out.push(Effect::Streaming(StreamingUpdate::Clear {
+                    conversation_id: abandoned.conversation_id.clone(),
+                }));
+            }
             out.push(Effect::PublishTurn(turn.body(
                 TurnState::Completed,
                 None,

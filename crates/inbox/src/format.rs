@@ -9,9 +9,12 @@
 //! * `{"cursor":"<stream event id>"}`: every frame up to this id is settled;
 //! * `{"open":"<Hermes session key>","conversation":"<Canon conversation id>",
 //!   "messages":["<Canon message id>",…]}`: a turn of that session started for those messages;
-//! * `{"closed":"<Hermes session key>"}`: that session's turn ended.
+//! * `{"closed":"<Hermes session key>"}`: that session's turn ended;
+//! * `{"turn":"<Canon turn id>","conversation":"<Canon conversation id>","openedAt":<Unix ms>}`:
+//!   Canon was told the turn is open;
+//! * `{"turnClosed":"<Canon turn id>"}`: Canon was told the turn closed.
 //!
-//! Why a journal and not SQLite: the state is two things (a cursor and a bounded id set), each
+//! Why a journal and not SQLite: the state is a cursor and a few bounded sets (ids and open turns), each
 //! change is one short line, and an append plus `fdatasync` is the whole write — no C library in
 //! the build, and the file stays readable with `cat`. Crash rules ([`parse`]): a last line
 //! without its `\n` is a write a crash cut short; it is dropped (the caller truncates the file
@@ -22,7 +25,7 @@
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::tracker::{HandledSet, OpenTurns, Record, MAX_HANDLED, MAX_TURN_MESSAGES};
+use crate::tracker::{HandledSet, OpenTurns, Record, RuntimeTurns, MAX_HANDLED, MAX_TURN_MESSAGES};
 
 /// The journal format version in the header.
 pub const FORMAT_VERSION: u64 = 1;
@@ -58,6 +61,8 @@ pub struct Loaded {
     pub handled: HandledSet,
     /// The turns that opened and did not close.
     pub open_turns: OpenTurns,
+    /// The Canon turns whose closing state was never published.
+    pub runtime_turns: RuntimeTurns,
     /// A last line cut short by a crash was dropped.
     pub torn_tail: bool,
 }
@@ -79,6 +84,16 @@ impl Loaded {
                 .open(session_key, conversation_id, message_ids),
             Record::TurnClosed { session_key } => {
                 self.open_turns.close(session_key);
+            }
+            Record::RuntimeTurnOpened {
+                turn_id,
+                conversation_id,
+                opened_at_ms,
+            } => self
+                .runtime_turns
+                .open(turn_id, conversation_id, *opened_at_ms),
+            Record::RuntimeTurnClosed { turn_id } => {
+                self.runtime_turns.close(turn_id);
             }
         }
     }
@@ -102,6 +117,12 @@ pub fn record_line(record: &Record) -> String {
             message_ids,
         } => json!({"open": session_key, "conversation": conversation_id, "messages": message_ids}),
         Record::TurnClosed { session_key } => json!({"closed": session_key}),
+        Record::RuntimeTurnOpened {
+            turn_id,
+            conversation_id,
+            opened_at_ms,
+        } => json!({"turn": turn_id, "conversation": conversation_id, "openedAt": opened_at_ms}),
+        Record::RuntimeTurnClosed { turn_id } => json!({"turnClosed": turn_id}),
     }
     .to_string();
     line.push('\n');
@@ -223,11 +244,34 @@ fn parse_record(map: &Map<String, Value>) -> Result<Record, String> {
         }
         return Ok(Record::TurnClosed { session_key });
     }
+    if let Some(turn) = map.get("turn") {
+        let turn_id = parse_id(Some(turn), "turn id")?;
+        let conversation_id = parse_id(map.get("conversation"), "conversation id")?;
+        let opened_at_ms = map
+            .get("openedAt")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| "a Canon turn record without its opening time".to_owned())?;
+        if map.len() != 3 {
+            return Err("a Canon turn record with unexpected fields".to_owned());
+        }
+        return Ok(Record::RuntimeTurnOpened {
+            turn_id,
+            conversation_id,
+            opened_at_ms,
+        });
+    }
+    if let Some(turn) = map.get("turnClosed") {
+        let turn_id = parse_id(Some(turn), "turn id")?;
+        if map.len() != 1 {
+            return Err("a closed Canon turn record with unexpected fields".to_owned());
+        }
+        return Ok(Record::RuntimeTurnClosed { turn_id });
+    }
     Err("an unknown record".to_owned())
 }
 
 /// The text of a compacted journal: the header, the kept handled ids (oldest first), the open
-/// turns and the cursor.
+/// turns, the open Canon turns and the cursor.
 pub fn snapshot(scope: &str, state: &Loaded) -> String {
     let mut text = header_line(scope);
     for (message_id, at_ms) in state.handled.iter() {
@@ -241,6 +285,13 @@ pub fn snapshot(scope: &str, state: &Loaded) -> String {
             session_key: turn.session_key.clone(),
             conversation_id: turn.conversation_id.clone(),
             message_ids: turn.message_ids.clone(),
+        }));
+    }
+    for turn in state.runtime_turns.iter() {
+        text.push_str(&record_line(&Record::RuntimeTurnOpened {
+            turn_id: turn.turn_id.clone(),
+            conversation_id: turn.conversation_id.clone(),
+            opened_at_ms: turn.opened_at_ms,
         }));
     }
     if let Some(cursor) = &state.cursor {

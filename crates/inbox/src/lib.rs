@@ -11,7 +11,9 @@
 //!   successor resuming from it is replayed every frame whose handling was unfinished; the
 //!   bounded [`tracker::HandledSet`] names the messages already handed over, which a replay
 //!   must drop; [`tracker::OpenTurns`] names the turns that started and never ended, whose
-//!   messages a successor hands to the host's resume of that session. No I/O, no clock (times are parameters).
+//!   messages a successor hands to the host's resume of that session; [`tracker::RuntimeTurns`]
+//!   names the Canon turns told open and never told closed, which a successor closes. No I/O,
+//!   no clock (times are parameters).
 //! * [`format`]: the journal's text, `<CANON_HOME>/inbox-<scope>.jsonl`: one JSON line per
 //!   change, the header naming the format version and the scope (agent and Canon origin), the
 //!   parser that drops a last line a crash cut short and refuses anything else it did not write
@@ -25,7 +27,9 @@ pub mod format;
 pub mod tracker;
 
 pub use format::{scope_key, Loaded};
-pub use tracker::{HandledSet, OpenTurn, OpenTurns, Record, Ticket, Tracker};
+pub use tracker::{
+    HandledSet, OpenTurn, OpenTurns, Record, RuntimeTurn, RuntimeTurns, Ticket, Tracker,
+};
 
 #[cfg(test)]
 mod tests;

@@ -64,6 +64,56 @@ fn an_open_turn_survives_compaction_until_it_closes() {
     );
 }
 
+#[test]
+fn a_canon_turn_told_open_stays_open_through_compaction_until_told_closed() {
+    let opened = |id: &str| Record::RuntimeTurnOpened {
+        turn_id: id.into(),
+        conversation_id: "c-1".into(),
+        opened_at_ms: 1_700_000_000_000,
+    };
+    let text = journal_text(&[
+        opened("hermes-a"),
+        opened("hermes-b"),
+        opened("hermes-a"),
+        Record::RuntimeTurnClosed {
+            turn_id: "hermes-b".into(),
+        },
+    ]);
+    let parsed = parse(text.as_bytes(), SCOPE).unwrap();
+    let open: Vec<&str> = parsed
+        .state
+        .runtime_turns
+        .iter()
+        .map(|t| t.turn_id.as_str())
+        .collect();
+    assert_eq!(open, ["hermes-a"]);
+    let again = parse(
+        crate::format::snapshot(SCOPE, &parsed.state).as_bytes(),
+        SCOPE,
+    )
+    .unwrap();
+    assert_eq!(again.state.runtime_turns, parsed.state.runtime_turns);
+    let bad = format!(
+        "{}{{\"turn\":\"hermes-a\",\"conversation\":\"c-1\"}}\n",
+        journal_text(&[])
+    );
+    assert_eq!(
+        parse(bad.as_bytes(), SCOPE).unwrap_err(),
+        (2, "a Canon turn record without its opening time".to_owned())
+    );
+    let bad = format!(
+        "{}{{\"turnClosed\":\"hermes-a\",\"x\":1}}\n",
+        journal_text(&[])
+    );
+    assert_eq!(
+        parse(bad.as_bytes(), SCOPE).unwrap_err(),
+        (
+            2,
+            "a closed Canon turn record with unexpected fields".to_owned()
+        )
+    );
+}
+
 fn journal_text(records: &[Record]) -> String {
     let mut text = format!("{{\"canonInbox\":1,\"scope\":\"{SCOPE}\"}}\n");
     for record in records {
@@ -89,6 +139,14 @@ fn arb_record() -> impl Strategy<Value = Record> {
                 }
             ),
         "[a-z:]{1,12}".prop_map(|session_key| Record::TurnClosed { session_key }),
+        ("hermes-[0-9a-f]{1,3}", "c-[0-9]{1,3}", any::<u64>()).prop_map(
+            |(turn_id, conversation_id, opened_at_ms)| Record::RuntimeTurnOpened {
+                turn_id,
+                conversation_id,
+                opened_at_ms,
+            }
+        ),
+        "hermes-[0-9a-f]{1,3}".prop_map(|turn_id| Record::RuntimeTurnClosed { turn_id }),
     ]
 }
 
@@ -108,6 +166,7 @@ proptest! {
         let mut expected_cursor = None;
         let mut expected_handled = Vec::new();
         let mut expected_open: Vec<(String, String, Vec<String>)> = Vec::new();
+        let mut expected_runtime: Vec<(String, String, u64)> = Vec::new();
         for record in &records[..complete] {
             match record {
                 Record::Cursor(c) => expected_cursor = Some(c.clone()),
@@ -123,8 +182,26 @@ proptest! {
                 Record::TurnClosed { session_key } => {
                     expected_open.retain(|(s, _, _)| s != session_key);
                 }
+                Record::RuntimeTurnOpened { turn_id, conversation_id, opened_at_ms } => {
+                    if !expected_runtime.iter().any(|(t, _, _)| t == turn_id) {
+                        expected_runtime.push((turn_id.clone(), conversation_id.clone(), *opened_at_ms));
+                    }
+                }
+                Record::RuntimeTurnClosed { turn_id } => {
+                    expected_runtime.retain(|(t, _, _)| t != turn_id);
+                }
             }
         }
+        let runtime: Vec<(String, String, u64)> = parsed
+            .state
+            .runtime_turns
+            .iter()
+            .map(|t| (t.turn_id.clone(), t.conversation_id.clone(), t.opened_at_ms))
+            .collect();
+        prop_assert_eq!(runtime, expected_runtime);
+        let again = parse(crate::format::snapshot(SCOPE, &parsed.state).as_bytes(), SCOPE).unwrap();
+        prop_assert_eq!(&again.state.runtime_turns, &parsed.state.runtime_turns);
+        prop_assert_eq!(&again.state.open_turns, &parsed.state.open_turns);
         let open: Vec<(String, String, Vec<String>)> = parsed
             .state
             .open_turns

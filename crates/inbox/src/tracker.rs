@@ -55,10 +55,33 @@ pub enum Record {
         /// The Hermes session key.
         session_key: String,
     },
+    /// Canon was (about to be) told that turn `turn_id` is open in `conversation_id`: its
+    /// first open state was published. Written before that publish, so a crash right after it
+    /// still leaves the record; a successor that finds it not closed publishes the closing
+    /// state the turn never got (otherwise Canon shows the agent working there until it reads
+    /// the turn stale, 30 minutes later).
+    RuntimeTurnOpened {
+        /// The Canon turn id.
+        turn_id: String,
+        /// The Canon conversation.
+        conversation_id: String,
+        /// When the turn opened (Unix milliseconds), republished with its close.
+        opened_at_ms: u64,
+    },
+    /// The closing state of turn `turn_id` was published (or given up on after its retries).
+    /// Written only after that publish, so a crash before it leaves the turn for a successor
+    /// to close.
+    RuntimeTurnClosed {
+        /// The Canon turn id.
+        turn_id: String,
+    },
 }
 
 /// Sessions whose open turn the journal keeps; the oldest is forgotten first.
 pub const MAX_OPEN_TURNS: usize = 1024;
+
+/// Canon turns whose open state the journal keeps; the oldest is forgotten first.
+pub const MAX_RUNTIME_TURNS: usize = 1024;
 
 /// Canon messages kept per open turn.
 pub const MAX_TURN_MESSAGES: usize = 64;
@@ -114,6 +137,62 @@ impl OpenTurns {
     }
 
     /// How many sessions have an open turn.
+    pub fn len(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// Whether no turn is open.
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+    }
+}
+
+/// A Canon turn whose open state was published and whose closing state was not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeTurn {
+    /// The Canon turn id.
+    pub turn_id: String,
+    /// The Canon conversation.
+    pub conversation_id: String,
+    /// When it opened (Unix milliseconds).
+    pub opened_at_ms: u64,
+}
+
+/// The Canon turns left open, oldest first, bounded by [`MAX_RUNTIME_TURNS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeTurns {
+    turns: VecDeque<RuntimeTurn>,
+}
+
+impl RuntimeTurns {
+    /// Turn `turn_id` opened in `conversation_id` at `opened_at_ms` (a second open of the same
+    /// turn keeps the first).
+    pub fn open(&mut self, turn_id: &str, conversation_id: &str, opened_at_ms: u64) {
+        if self.turns.iter().any(|t| t.turn_id == turn_id) {
+            return;
+        }
+        while self.turns.len() >= MAX_RUNTIME_TURNS {
+            self.turns.pop_front();
+        }
+        self.turns.push_back(RuntimeTurn {
+            turn_id: turn_id.to_owned(),
+            conversation_id: conversation_id.to_owned(),
+            opened_at_ms,
+        });
+    }
+
+    /// Turn `turn_id` got its closing state; the turn, if it was open.
+    pub fn close(&mut self, turn_id: &str) -> Option<RuntimeTurn> {
+        let index = self.turns.iter().position(|t| t.turn_id == turn_id)?;
+        self.turns.remove(index)
+    }
+
+    /// The open turns, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &RuntimeTurn> + '_ {
+        self.turns.iter()
+    }
+
+    /// How many turns are open.
     pub fn len(&self) -> usize {
         self.turns.len()
     }

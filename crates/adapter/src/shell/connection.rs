@@ -93,8 +93,12 @@ impl Driver {
                         "the inbox's last record was cut short by a crash and was dropped"
                     );
                 }
-                self.session
-                    .inbox_resume(loaded.cursor, loaded.handled, &loaded.open_turns);
+                self.session.inbox_resume(
+                    loaded.cursor,
+                    loaded.handled,
+                    &loaded.open_turns,
+                    &loaded.runtime_turns,
+                );
                 self.inbox = Some(writer);
                 Ok(())
             }

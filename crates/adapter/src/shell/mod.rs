@@ -471,6 +471,16 @@ impl Driver {
                 Some(client) => self.writes.write(client, effect),
                 None => tracing::debug!("best-effort write skipped: not connected"),
             },
+            SessionEffect::CanonJournaled { effect, records } => {
+                match (self.client.clone(), &self.inbox) {
+                    (Some(client), Some(inbox)) => {
+                        self.writes
+                            .write_journaled(client, effect, inbox.sink(), records)
+                    }
+                    (Some(client), None) => self.writes.write(client, effect),
+                    (None, _) => tracing::debug!("best-effort write skipped: not connected"),
+                }
+            }
             SessionEffect::CancelHitl(keys) => self.cancel_hitl(keys),
             SessionEffect::ForgetHitl(key) => {
                 self.hitl_cancels.remove(&key);

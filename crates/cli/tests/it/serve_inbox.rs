@@ -224,3 +224,100 @@ async fn a_damaged_inbox_refuses_the_connect_and_is_left_untouched() {
     assert!(message.contains("move it aside"), "{message}");
     assert_eq!(std::fs::read(&path).expect("read"), bytes, "left untouched");
 }
+
+/// The states Canon got for turn `turn_id`, in order.
+fn states_of(sim: &canon_sim::SimHandle, turn_id: &str) -> Vec<String> {
+    sim.read_state(|s| {
+        s.turn_history
+            .iter()
+            .filter(|t| t["turnId"] == turn_id)
+            .filter_map(|t| t["state"].as_str().map(str::to_owned))
+            .collect()
+    })
+}
+
+/// Fault harness finding (issue 16): a daemon killed mid-turn, then a gateway stop before its
+/// respawn could take the turn over, left the Canon turn `streaming` for good (Canon shows the
+/// agent working until it reads the turn stale, 30 minutes later). The journal names each
+/// Canon turn told open and not yet closed. A respawned daemon's connect (a reconnect) leaves
+/// the turn alone, as the shim hands the turns that still run over; the next gateway's first
+/// connect closes it: its live node is cleared and it gets `completed`, before the new run's
+/// own writes in that conversation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canon_turn_a_killed_daemon_left_open_is_closed_by_the_next_gateways_first_connect() {
+    use super::shim_support::{open_turn, start_turn};
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    let mut first = spawn(&sim, &home);
+    first.connect(&sim).await;
+    let (_, cut_off) = open_turn(&mut first, &sim, "one: cut off by the kill").await;
+    assert_eq!(states_of(&sim, &cut_off), ["thinking"]);
+    sigkill(&mut first).await;
+
+    // A respawn: `adapter.connect` with `is_reconnect`. A turn it opens in the same
+    // conversation queues behind anything the connect wrote there.
+    let mut respawned = spawn(&sim, &home);
+    assert_eq!(respawned.hello().await["ok"], true);
+    let connect = respawned
+        .request(
+            "adapter.connect",
+            json!({"is_reconnect": true, "adapter_instance": 1,
+                   "config": {"extra": {}, "typing_indicator": true},
+                   "host": {"streaming_enabled": true}}),
+        )
+        .await;
+    assert_eq!(connect["body"]["connected"], true, "{connect}");
+    let later = start_turn(&mut respawned, "e-later", "m-later").await;
+    assert_eq!(states_of(&sim, &later), ["thinking"]);
+    assert_eq!(
+        states_of(&sim, &cut_off),
+        ["thinking"],
+        "a respawned daemon leaves the turns to the shim's hand-over"
+    );
+    sigkill(&mut respawned).await;
+
+    // The next gateway: a first connect.
+    let mut next = spawn(&sim, &home);
+    next.connect(&sim).await;
+    let (_, fresh) = open_turn(&mut next, &sim, "two: after the restart").await;
+    for turn in [&cut_off, &later] {
+        let states = states_of(&sim, turn);
+        assert_eq!(states, ["thinking", "completed"], "turn {turn}");
+    }
+    assert_eq!(states_of(&sim, &fresh), ["thinking"]);
+    let history = sim.read_state(|s| s.turn_history.len());
+    // The journal knows the two as closed: a later first connect closes nothing again.
+    let closed = |home: &Path| {
+        std::fs::read_to_string(journal_path(home))
+            .expect("the journal reads")
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v["turnClosed"].as_str().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + WAIT;
+    while !(closed(&home).contains(&cut_off) && closed(&home).contains(&later)) {
+        assert!(Instant::now() < deadline, "the journal never closed both");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(next.close().await, Some(0));
+    let mut last = spawn(&sim, &home);
+    last.connect(&sim).await;
+    let (_, after) = open_turn(&mut last, &sim, "three: one more start").await;
+    assert_eq!(states_of(&sim, &after), ["thinking"]);
+    let closes_after: Vec<String> = sim.read_state(|s| {
+        s.turn_history
+            .iter()
+            .skip(history)
+            .filter(|t| t["state"] == "completed" || t["state"] == "interrupted")
+            .filter_map(|t| t["turnId"].as_str().map(str::to_owned))
+            .collect()
+    });
+    // `next` closed its own open turn at its clean exit (a gateway stop); nothing else.
+    assert!(
+        closes_after.iter().all(|t| t == &fresh),
+        "closed again: {closes_after:?}"
+    );
+    let _ = last.close_and_drain().await;
+}

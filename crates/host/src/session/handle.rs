@@ -217,7 +217,7 @@ pub enum SessionInput {
     /// The card waits claimed a card's wake: hand it to Hermes
     /// (durable-endpoint.md §10.8).
     CardWake(Box<crate::card_waits::CardWake>),
-    /// The turn machine's deadline ([`Session::next_deadline`]) passed.
+    /// The session's deadline ([`Session::next_deadline`]) passed.
     Timeout,
     /// The daemon is exiting: turns whose final is stored close now instead
     /// of after their handoff wait (their clears and closing publishes go to
@@ -234,6 +234,9 @@ pub struct ConnectCall {
     pub re: &'static str,
     /// Whether the shim's busy-input seam routes by delivery intent.
     pub busy_handler: bool,
+    /// The gateway reconnects (its watcher, or the shim after a daemon respawn) rather than
+    /// connecting for the first time since it started.
+    pub is_reconnect: bool,
 }
 
 /// An upload waiting for its media.
@@ -263,9 +266,13 @@ impl Session {
         }
     }
 
-    /// When the turn machine next needs [`SessionInput::Timeout`].
+    /// When the session next needs [`SessionInput::Timeout`]: the turn machine's deadline, or
+    /// the inbox's next let-go message settling.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.machine.next_deadline()
+        match (self.machine.next_deadline(), self.inbox_next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether the shell may read the event stream now: fewer than
@@ -450,7 +457,7 @@ impl Session {
             SessionInput::CredentialsResolved { call, facts } => {
                 self.credentials_resolved(*call, facts)
             }
-            SessionInput::ConnectDone { call, result } => self.connect_done(call, result),
+            SessionInput::ConnectDone { call, result } => self.connect_done(call, result, now_ms),
             SessionInput::DetachedDone {
                 id,
                 re,
@@ -473,7 +480,11 @@ impl Session {
                 waiting,
             } => self.card_wait_done(&id, re, result, waiting, now_ms),
             SessionInput::CardWake(wake) => self.card_wake(*wake),
-            SessionInput::Timeout => self.feed(Input::Timeout, now_ms),
+            SessionInput::Timeout => {
+                let mut effects = self.inbox_let_go_expired(now_ms);
+                effects.extend(self.feed(Input::Timeout, now_ms));
+                effects
+            }
             SessionInput::Exiting => self.feed(Input::Exiting, now_ms),
         }
     }
@@ -620,6 +631,7 @@ impl Session {
                     id,
                     re,
                     busy_handler: request.seams.busy_handler,
+                    is_reconnect: request.is_reconnect,
                 };
                 vec![SessionEffect::ResolveCredentials(Box::new(
                     ResolveCall::connect(call, &request.config),
@@ -831,11 +843,15 @@ impl Session {
         &mut self,
         call: ConnectCall,
         result: Result<(AgentMe, Vec<Conversation>), ConnectFailure>,
+        now_ms: u64,
     ) -> Vec<SessionEffect> {
         let mut effects = Vec::new();
         let answer = match result {
             Ok((me, conversations)) => {
                 let answer = self.connected(me, conversations, call.busy_handler);
+                if !call.is_reconnect {
+                    effects.extend(self.inbox_close_abandoned(now_ms));
+                }
                 self.stop_refetch();
                 effects.push(self.publish_conversations());
                 effects.push(SessionEffect::OpenConnection);

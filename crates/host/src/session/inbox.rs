@@ -5,20 +5,27 @@
 //! appends to the journal. A message the inbox already knows as handled (a replay after a
 //! restart) is dropped before the wake pipeline sees it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use canon_inbox::{HandledSet, OpenTurns, Record, Ticket, Tracker};
+use canon_inbox::{HandledSet, OpenTurns, Record, RuntimeTurns, Ticket, Tracker};
 use canon_wire::events::EventKind;
-use canon_wire::types::TurnState;
+use canon_wire::types::{TurnState, TurnUpdate};
 
 use super::{Session, SessionEffect};
 use crate::protocol::InboundMessage;
-use crate::turn::ProcessingStart;
+use crate::turn::{AbandonedTurn, Effect, Input, ProcessingStart};
 
 /// Messages on their way to the shim (waiting for media or for an earlier message of their
 /// conversation) whose frames wait to settle; beyond this many something is wrong and the oldest
 /// holds are dropped (their frames are then replayed by the next stream, never lost).
 const MAX_HOLDS: usize = 4096;
+
+/// How long a message Hermes' queue no longer held when its session's turn closed waits for a
+/// turn of its own before it counts as let go (handled). Hermes pops the next queued message
+/// just before the closing turn reports its queue, so an empty queue usually means that
+/// message's turn is about to start; when a gateway stop cancels that start, the message must
+/// still be replayed after the restart, so it may not be settled at the close.
+pub(crate) const LET_GO_GRACE_MS: u64 = 5_000;
 
 /// What settles when the shim answers a handed-over message.
 #[derive(Debug, Clone)]
@@ -41,6 +48,11 @@ pub(crate) struct InboxState {
     /// Event reference → (Hermes session key, hold), for messages Hermes queued behind a
     /// running turn: they settle when their turn starts.
     queued: HashMap<String, (String, Hold)>,
+    /// Event reference → (Hermes session key, hold, when it settles), for queued messages
+    /// whose session's turn closed with an empty queue: they settle when their turn starts,
+    /// when the session runs a turn without them, or after [`LET_GO_GRACE_MS`]; a gateway stop
+    /// before any of these leaves them unsettled (replayed after the restart).
+    let_go: HashMap<String, (String, Hold, u64)>,
     /// The turns the daemon before this one opened and never closed, by Hermes session key:
     /// their conversation and Canon messages.
     inherited: HashMap<String, (String, Vec<String>)>,
@@ -49,6 +61,12 @@ pub(crate) struct InboxState {
     /// The turn the journal holds open for each session of this daemon (its Canon messages,
     /// the one that started it first), from its `TurnOpened` record until its `TurnClosed`.
     open: HashMap<String, Vec<String>>,
+    /// The Canon turns this daemon told Canon were open and has not yet closed (each gets one
+    /// `RuntimeTurnOpened` record).
+    told_open: HashSet<String>,
+    /// The Canon turns a predecessor told Canon were open and never closed, until a fresh
+    /// connect closes them.
+    abandoned: Vec<AbandonedTurn>,
 }
 
 impl InboxState {
@@ -62,23 +80,28 @@ impl InboxState {
         if let Some(hold) = self.by_request.values_mut().find(is) {
             return Some(hold);
         }
+        if let Some(hold) = self.let_go.values_mut().map(|(_, hold, _)| hold).find(is) {
+            return Some(hold);
+        }
         self.queued.values_mut().map(|(_, hold)| hold).find(is)
     }
 }
 
 impl Session {
     /// Replaces the inbox state with one loaded from the journal at connect: the cursor, the
-    /// handled ids and the turns a predecessor left open.
+    /// handled ids, the turns a predecessor left open and the Canon turns it never closed.
     pub fn inbox_resume(
         &mut self,
         cursor: Option<String>,
         handled: HandledSet,
         open_turns: &OpenTurns,
+        runtime_turns: &RuntimeTurns,
     ) {
         tracing::info!(
             cursor = cursor.as_deref().unwrap_or(""),
             handled = handled.len(),
             open_turns = open_turns.len(),
+            runtime_turns = runtime_turns.len(),
             "resuming the inbound stream from the inbox"
         );
         self.inbox = InboxState {
@@ -92,8 +115,58 @@ impl Session {
                     )
                 })
                 .collect(),
+            abandoned: runtime_turns
+                .iter()
+                .map(|t| AbandonedTurn {
+                    turn_id: t.turn_id.clone(),
+                    conversation_id: t.conversation_id.clone(),
+                    opened_at_ms: t.opened_at_ms,
+                })
+                .collect(),
             ..InboxState::default()
         };
+    }
+
+    /// A first connect of the gateway (not a reconnect, nor a respawned daemon's): no turn of
+    /// an earlier run goes on, so the Canon turns a predecessor left open are closed. A
+    /// respawned daemon keeps them: the shim hands over the turns that still run, and the
+    /// ones it does not stay in the journal for the gateway's next start.
+    pub(super) fn inbox_close_abandoned(&mut self, now_ms: u64) -> Vec<SessionEffect> {
+        let abandoned = std::mem::take(&mut self.inbox.abandoned);
+        if abandoned.is_empty() {
+            return Vec::new();
+        }
+        self.feed(Input::CloseAbandoned(abandoned), now_ms)
+    }
+
+    /// A turn-state publish of the turn machine, journaled: the first open state of a turn is
+    /// recorded before it is sent (a crash right after the send still leaves the record), a
+    /// closing state after it landed ([`SessionEffect::CanonJournaled`]).
+    pub(super) fn inbox_turn_published(
+        &mut self,
+        update: TurnUpdate,
+        now_ms: u64,
+    ) -> Vec<SessionEffect> {
+        let Some(turn_id) = update.turn_id.clone() else {
+            return vec![SessionEffect::Canon(Effect::PublishTurn(update))];
+        };
+        if update.state.is_closing() {
+            self.inbox.told_open.remove(&turn_id);
+            return vec![SessionEffect::CanonJournaled {
+                effect: Effect::PublishTurn(update),
+                records: vec![Record::RuntimeTurnClosed { turn_id }],
+            }];
+        }
+        let mut effects = Vec::with_capacity(2);
+        if self.inbox.told_open.insert(turn_id.clone()) {
+            effects.push(SessionEffect::Inbox(vec![Record::RuntimeTurnOpened {
+                turn_id,
+                conversation_id: update.conversation_id.clone(),
+                opened_at_ms: update.opened_at.unwrap_or(now_ms),
+            }]));
+        }
+        effects.push(SessionEffect::Canon(Effect::PublishTurn(update)));
+        effects
     }
 
     /// A turn starts (`turn.start` or a dequeue). A gateway stopped mid-turn resumes that
@@ -117,6 +190,13 @@ impl Session {
             .chain(absorbed_refs.iter().map(String::as_str))
             .collect();
         self.settle_started(&refs, now_ms, &mut effects);
+        // The session runs a turn without its other let-go messages: Hermes dropped or merged
+        // them, so they are handled.
+        self.settle_let_go(
+            |session, _| session == start.session_key,
+            now_ms,
+            &mut effects,
+        );
         effects.extend(self.wakes.started(&refs));
         self.inbox.resuming.remove(&start.session_key);
         if let Some((conversation, mut ids)) = self.inbox.inherited.remove(&start.session_key) {
@@ -170,8 +250,12 @@ impl Session {
     /// unsettled and are replayed after the restart), and it is not journaled as the session's
     /// open turn, which would put it in place of a turn the stop cut off mid-answer (Hermes
     /// resumes that one after the restart, and its messages must still be the ones it answers).
+    ///
+    /// A message whose turn this is may have been let go a moment before (its session's turn
+    /// closed with an empty queue because Hermes had just popped it for this start): it is
+    /// taken back, unsettled, so the restart replays it.
     pub(super) fn inbox_turn_opened_while_stopping(
-        &self,
+        &mut self,
         start: &ProcessingStart,
     ) -> Vec<SessionEffect> {
         tracing::debug!(
@@ -179,6 +263,9 @@ impl Session {
             message_id = start.message_id.as_deref().unwrap_or(""),
             "a turn started while the gateway stops; its messages wait for the restart"
         );
+        self.inbox
+            .let_go
+            .retain(|_, (session, _, _)| *session != start.session_key);
         Vec::new()
     }
 
@@ -191,8 +278,10 @@ impl Session {
     /// holds them open. (Whether the turn got as far as streaming says nothing here: Hermes'
     /// own shutdown notice streams into the chat, and a streamed answer whose final never
     /// reached Canon is still unanswered.) Else the turn is closed, and with an empty queue
-    /// every message still held for the session was let go by Hermes (a stop dropped its
-    /// queue): handled.
+    /// every message still held for the session left Hermes' queue: each is let go, and
+    /// settles as handled when its turn starts, when the session runs a turn without it, or
+    /// after [`LET_GO_GRACE_MS`] (a stop cancelling the start of the one Hermes popped takes it
+    /// back unsettled).
     ///
     /// `last_state` is the turn's last published state; past `thinking`, it got somewhere (it
     /// streamed, ran a tool or waited for a human). A restarted Hermes runs its resume of a
@@ -221,6 +310,9 @@ impl Session {
         if draining {
             // The queue was discarded: its messages stay unsettled (replayed) and its wakes are
             // put back (handed over again after the restart).
+            self.inbox
+                .let_go
+                .retain(|_, (session, _, _)| session != session_key);
             return self.wakes.let_go(session_key, false);
         }
         if let Some(resumed) = resumed.filter(|_| !answered) {
@@ -237,6 +329,9 @@ impl Session {
             session_key: session_key.to_owned(),
         }])];
         if queue_depth == 0 {
+            // Hermes holds none of the session's messages any more. The one it popped for the
+            // next turn settles when that turn starts; the rest were dropped or merged. They
+            // settle after a grace unless a turn settles them sooner or a stop takes them back.
             let refs: Vec<String> = self
                 .inbox
                 .queued
@@ -244,11 +339,48 @@ impl Session {
                 .filter(|(_, (session, _))| session == session_key)
                 .map(|(event_ref, _)| event_ref.clone())
                 .collect();
-            let refs: Vec<&str> = refs.iter().map(String::as_str).collect();
-            self.settle_started(&refs, now_ms, &mut effects);
+            for event_ref in refs {
+                if let Some((session, hold)) = self.inbox.queued.remove(&event_ref) {
+                    self.inbox
+                        .let_go
+                        .insert(event_ref, (session, hold, now_ms + LET_GO_GRACE_MS));
+                }
+            }
             effects.extend(self.wakes.let_go(session_key, true));
         }
         effects
+    }
+
+    /// Settles the let-go messages whose grace is over.
+    pub(super) fn inbox_let_go_expired(&mut self, now_ms: u64) -> Vec<SessionEffect> {
+        let mut effects = Vec::new();
+        self.settle_let_go(|_, at| at <= now_ms, now_ms, &mut effects);
+        effects
+    }
+
+    /// When the next let-go message settles by itself.
+    pub(super) fn inbox_next_deadline(&self) -> Option<u64> {
+        self.inbox.let_go.values().map(|(_, _, at)| *at).min()
+    }
+
+    fn settle_let_go(
+        &mut self,
+        due: impl Fn(&str, u64) -> bool,
+        now_ms: u64,
+        effects: &mut Vec<SessionEffect>,
+    ) {
+        let refs: Vec<String> = self
+            .inbox
+            .let_go
+            .iter()
+            .filter(|(_, (session, _, at))| due(session, *at))
+            .map(|(event_ref, _)| event_ref.clone())
+            .collect();
+        for event_ref in refs {
+            if let Some((_, hold, _)) = self.inbox.let_go.remove(&event_ref) {
+                self.settle_hold(hold, now_ms, effects);
+            }
+        }
     }
 
     /// A turn's final is stored in Canon. When it is the answer to the turn the journal holds
@@ -476,10 +608,12 @@ impl Session {
         push_records(effects, records);
     }
 
-    /// Turns of `refs` started: their queued messages are handled now.
+    /// Turns of `refs` started: their queued (or let-go) messages are handled now.
     fn settle_started(&mut self, refs: &[&str], now_ms: u64, effects: &mut Vec<SessionEffect>) {
         for event_ref in refs {
             if let Some((_, hold)) = self.inbox.queued.remove(*event_ref) {
+                self.settle_hold(hold, now_ms, effects);
+            } else if let Some((_, hold, _)) = self.inbox.let_go.remove(*event_ref) {
                 self.settle_hold(hold, now_ms, effects);
             }
         }

@@ -412,6 +412,10 @@ fn describe(effect: &SessionEffect) -> String {
             format!("typing {} {}", typing.conversation_id, typing.typing)
         }
         SessionEffect::Canon(other) => format!("canon {other:?}"),
+        // Described as the write (the journal record after it is the inbox tests' business).
+        SessionEffect::CanonJournaled { effect, .. } => {
+            describe(&SessionEffect::Canon(effect.clone()))
+        }
     }
 }
 

@@ -447,6 +447,17 @@ pub struct HostMedia {
     pub random: u128,
 }
 
+/// A Canon turn an earlier daemon opened and never closed, as the durable inbox kept it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbandonedTurn {
+    /// The Canon turn id.
+    pub turn_id: String,
+    /// The conversation.
+    pub conversation_id: String,
+    /// When it opened (epoch ms).
+    pub opened_at_ms: u64,
+}
+
 /// An open turn the shim reports after a daemon respawn
 /// (hermes-host.md §19.10).
 #[derive(Debug, Clone, PartialEq)]
@@ -619,6 +630,9 @@ pub enum Input {
         /// state it may not have published: each gets its `completed`.
         delivered_turns: Vec<ResyncTurn>,
     },
+    /// Canon turns a daemon of an earlier gateway run told Canon were open and never closed
+    /// (the durable inbox kept them): none of them runs any more, so each is closed now.
+    CloseAbandoned(Vec<AbandonedTurn>),
     /// A deadline from [`crate::turn::TurnMachine::next_deadline`] passed
     /// (spurious timeouts are harmless).
     Timeout,

@@ -53,6 +53,7 @@ impl Daemon {
                 id: "s:c".into(),
                 re: "adapter.connect",
                 busy_handler: false,
+                is_reconnect: false,
             },
             result: Ok((me(policy), conversations)),
         })

@@ -100,9 +100,12 @@ fn a_resumed_session_drops_a_replayed_handled_message_and_hands_over_the_rest() 
     let mut handled = HandledSet::default();
     handled.insert("m-1", 5);
     let mut daemon = Daemon::connected();
-    daemon
-        .session
-        .inbox_resume(Some("e-0".into()), handled, &OpenTurns::default());
+    daemon.session.inbox_resume(
+        Some("e-0".into()),
+        handled,
+        &OpenTurns::default(),
+        &Default::default(),
+    );
     daemon.connect();
     assert_eq!(daemon.session.inbox_new_stream().as_deref(), Some("e-0"));
     let replayed = daemon.handle_effects(frame("e-1", "m-1", "hello"));
@@ -151,6 +154,7 @@ fn a_frame_whose_id_cannot_be_resent_never_becomes_the_durable_cursor() {
         Some("e-0".into()),
         HandledSet::default(),
         &OpenTurns::default(),
+        &Default::default(),
     );
     daemon.connect();
     for odd in [
@@ -232,7 +236,7 @@ fn inheriting(turns: &[(&str, &str)]) -> Daemon {
     let mut daemon = Daemon::connected();
     daemon
         .session
-        .inbox_resume(None, HandledSet::default(), &open);
+        .inbox_resume(None, HandledSet::default(), &open, &Default::default());
     daemon.connect();
     daemon
 }
@@ -636,8 +640,12 @@ fn a_turn_started_while_the_gateway_stops_settles_nothing_and_keeps_the_cut_off_
     );
     // The restarted daemon: Hermes' resume answers m-1, and the replayed m-2 is handed over.
     let mut next = Daemon::connected();
-    next.session
-        .inbox_resume(loaded.cursor, loaded.handled, &loaded.open_turns);
+    next.session.inbox_resume(
+        loaded.cursor,
+        loaded.handled,
+        &loaded.open_turns,
+        &loaded.runtime_turns,
+    );
     next.connect();
     let resume = next.handle_effects(turn_start_line("r1", "c1", None));
     assert_eq!(published_active(&resume), ["m-1"]);
@@ -714,4 +722,137 @@ fn a_queued_approval_wake_is_delivered_when_its_turn_starts_and_put_back_by_a_st
         [("ap-3".to_owned(), true)]
     );
     assert_ne!(stopped_ref, wake_ref);
+}
+
+/// The records a turn's publishes leave: its first open state is journaled once, before the
+/// publish; its closing publish carries its closed record, which the shell journals only after
+/// the write landed.
+#[test]
+fn a_canon_turn_is_journaled_open_once_and_closed_after_its_closing_publish() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let started = daemon.handle_effects(turn_start_line("t1", "c1", Some("m-1")));
+    let opened: Vec<(usize, Record)> = started
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            SessionEffect::Inbox(records) => records
+                .iter()
+                .find(|r| matches!(r, Record::RuntimeTurnOpened { .. }))
+                .map(|r| (i, r.clone())),
+            _ => None,
+        })
+        .collect();
+    let [(
+        at,
+        Record::RuntimeTurnOpened {
+            turn_id,
+            conversation_id,
+            ..
+        },
+    )] = opened.as_slice()
+    else {
+        panic!("one open record: {started:?}");
+    };
+    assert_eq!(conversation_id, "c1");
+    let publish = started
+        .iter()
+        .position(|e| matches!(e, SessionEffect::Canon(Effect::PublishTurn(_))))
+        .expect("the opening publish");
+    assert!(*at < publish, "journaled before it is sent");
+    let edit = protocol::encode_request(
+        "t2",
+        "adapter.edit",
+        json!({"chat_id": "c1", "message_id": turn_id, "content": "Hel", "ctx":
+               {"platform": "canon", "chat_id": "c1", "session_key": session_key("c1")}}),
+    );
+    let streamed = daemon.handle_effects(SessionInput::Line(edit.into_bytes()));
+    assert!(
+        !records(&streamed)
+            .iter()
+            .any(|r| matches!(r, Record::RuntimeTurnOpened { .. })),
+        "a later open state is not journaled again: {streamed:?}"
+    );
+    let closed = daemon.handle_effects(turn_complete_line("t3", "shim:t1", "c1", 0, false));
+    let mut all = closed;
+    all.extend(daemon.handle_effects(SessionInput::Timeout));
+    daemon.now += crate::turn::FINAL_HANDOFF_MS;
+    all.extend(daemon.handle_effects(SessionInput::Timeout));
+    let closing: Vec<&Vec<Record>> = all
+        .iter()
+        .filter_map(|e| match e {
+            SessionEffect::CanonJournaled {
+                effect: Effect::PublishTurn(update),
+                records,
+            } if update.state.is_closing() => Some(records),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        closing,
+        [&vec![Record::RuntimeTurnClosed {
+            turn_id: turn_id.clone()
+        }]],
+        "{all:?}"
+    );
+}
+
+/// The fault harness's seed 3 (issue 16): Hermes pops the queued m-2 just before m-1's turn
+/// reports its queue (empty), then a gateway stop cancels m-2's start. Settling m-2 at the
+/// empty queue recorded it as handled, so the restart never replayed it and it was lost. Now
+/// it stays unsettled through the stop; without a stop it settles once its turn starts, or
+/// after the grace when no turn of its own ever comes.
+#[test]
+fn a_message_popped_for_a_start_the_gateway_stop_cancels_stays_unsettled() {
+    let run = |stop: bool| {
+        let mut daemon = Daemon::connected();
+        daemon.connect();
+        let mut journal = Vec::new();
+        let first = daemon.handle_effects(frame("e-1", "m-1", "first"));
+        let (request, first_ref) = handed_over(&first);
+        journal.extend(records(&daemon.handle_effects(answer(&request))));
+        journal.extend(records(
+            &daemon.handle_effects(turn_start_for("t1", &first_ref, "c1", "m-1", false)),
+        ));
+        let second = daemon.handle_effects(frame("e-2", "m-2", "second"));
+        let (request, second_ref) = handed_over(&second);
+        journal.extend(records(
+            &daemon.handle_effects(answer_queued(&request, "c1")),
+        ));
+        journal.extend(records(
+            &daemon.handle_effects(turn_complete_line("t2", &first_ref, "c1", 0, false)),
+        ));
+        let handled_m2 = |journal: &[Record]| {
+            journal
+                .iter()
+                .any(|r| matches!(r, Record::Handled { message_id, .. } if message_id == "m-2"))
+        };
+        assert!(!handled_m2(&journal), "not at the empty queue: {journal:?}");
+        if stop {
+            journal.extend(records(&daemon.handle_effects(turn_start_for(
+                "t3",
+                &second_ref,
+                "c1",
+                "m-2",
+                true,
+            ))));
+        }
+        let grace = daemon.session.next_deadline().expect("a deadline");
+        daemon.now = daemon.now.max(grace);
+        journal.extend(records(&daemon.handle_effects(SessionInput::Timeout)));
+        (
+            handled_m2(&journal),
+            daemon.session.inbox_cursor().map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        run(true),
+        (false, Some("e-1".into())),
+        "replayed after the restart"
+    );
+    assert_eq!(
+        run(false),
+        (true, Some("e-2".into())),
+        "let go after the grace"
+    );
 }

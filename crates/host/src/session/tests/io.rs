@@ -74,6 +74,7 @@ impl Daemon {
             id: "s:c".into(),
             re: "adapter.connect",
             busy_handler: true,
+            is_reconnect: false,
         };
         self.handle(SessionInput::ConnectDone {
             call,
@@ -122,6 +123,7 @@ fn a_failed_connect_call_answers_a_fatal_and_opens_nothing() {
                 id: "s:c".into(),
                 re: "adapter.connect",
                 busy_handler: true,
+                is_reconnect: false,
             },
             result: Err(ConnectFailure::Call {
                 status: Some(status),
