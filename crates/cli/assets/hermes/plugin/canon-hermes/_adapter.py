@@ -19,6 +19,7 @@ import logging
 import mimetypes
 import os
 import secrets
+import threading
 import time
 from pathlib import Path
 
@@ -141,6 +142,9 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._open = {}  # session_key → open turn, resent by `resync`
         self._answers = {}  # session_key → the run's kept answer (`_keep_answer`)
         self._deferred = []  # dequeue boundaries waiting for a respawned daemon
+        # Held while a dequeue decides to defer its boundary and while a respawn publishes its
+        # child: a boundary deferred after the resync took the list is still sent before it.
+        self._defer_lock = threading.Lock()
         # session_key → [(running turn, its answer, dequeue step, closed), …], oldest first: each
         # turn a dequeue ended, kept until `turn.closed` says its final reached Canon for it and
         # for every turn before it. Back-to-back dequeues can end a second turn while the first
@@ -194,9 +198,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             raise DaemonError.of(body.get("fatal") or {}, "connect_failed")
         return body
 
-    def _resync(self, d):
+    def _resync(self, d, publish=lambda: None):
         """After a respawn (worker thread): reconnect, hand the open turns over, then send each
-        turn's kept answer again (`_keep_answer`)."""
+        turn's kept answer again (`_keep_answer`), then the boundaries deferred meanwhile, and
+        `publish` the child once none is left (under `_defer_lock`, so a dequeue either sees the
+        child or defers to a list still drained here)."""
         self._attach(d, True)
         # A session whose follow-up was dequeued but whose running turn's final had not reached
         # Canon yet hands over that (oldest) running turn; each dequeue after it is sent again
@@ -236,7 +242,8 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
                 replay.append((step, later[1] if later else latest))
             self._open[key], self._answers[key] = chain[0][0], dict(chain[0][1] or {})
         self._before = {}
-        deferred, self._deferred = self._deferred, []
+        with self._defer_lock:
+            deferred, self._deferred = self._deferred, []
         # Then the boundaries of follow-ups dequeued while the daemon was down.
         for step, follow in replay + [(step, None) for step in deferred]:
             key, ref, summary, started, _body, authority, _message_id = step
@@ -248,6 +255,21 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             for kept in [first] + ([last] if last is not first else []):
                 if kept:
                     self._keep_answer(kept[0], kept[1], d.call(kept[0], kept[1], TIMEOUTS[kept[0]]))
+        # A dequeue while the calls above ran still found no child and deferred its boundary:
+        # sent now, before the child is published (the follow-up's own sends wait for it).
+        # Found by the fault harness: such a boundary waited for the next respawn, and the
+        # follow-up's answer merged into the turn before it.
+        while True:
+            with self._defer_lock:
+                late, self._deferred = self._deferred, []
+                if not late:
+                    publish()
+                    break
+            for step in late:
+                key, ref, summary, started, _body, authority, _message_id = step
+                self._boundary(step, lambda b: self._track(
+                    key, ref, summary, started, d.call("turn.accepted", b, TIMEOUTS["turn.start"]),
+                    authority))
         log.info("canon-hermes daemon respawned; resynced %d open turn(s)", len(turns))
 
     def _gateway_stopping(self):
@@ -516,13 +538,14 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         if authority:
             body["reply_authority"] = authority
         step = (key, ref, summary, started, body, authority, event.message_id)
-        d = SUPERVISOR.peek()
-        if d is None:
-            # The daemon is being respawned: the running turn stays open (the resync hands it
-            # over with its answer) and the boundary is sent right after (`_resync`).
-            log.info("canon-hermes: daemon down; turn boundary for %s sent after the respawn", key)
-            self._deferred.append(step)
-            return
+        with self._defer_lock:
+            d = SUPERVISOR.peek()
+            if d is None:
+                # The daemon is being respawned: the running turn stays open (the resync hands
+                # it over with its answer) and the boundary is sent right after (`_resync`).
+                log.info("canon-hermes: daemon down; turn boundary for %s sent after the respawn", key)
+                self._deferred.append(step)
+                return
         self._boundary(step, lambda b: d.request("turn.accepted", b).add_done_callback(_done(
             "turn.accepted", lambda result: self._track(key, ref, summary, started, result, authority))))
 

@@ -483,7 +483,7 @@ class Supervisor:
             d = Daemon(self._crashed)
             if respawn and adapter is not None:
                 try:
-                    adapter._resync(d)
+                    adapter._resync(d, publish=lambda: setattr(self, "child", d))
                 except Exception:
                     d.close()
                     raise
