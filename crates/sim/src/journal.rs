@@ -8,6 +8,13 @@ use std::collections::VecDeque;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+/// Microseconds since the Unix epoch now (0 if the clock reads before it).
+pub fn unix_us_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// Entries kept; older ones are evicted first (bounded memory).
 pub const JOURNAL_CAP: usize = 20_000;
 
@@ -35,6 +42,11 @@ pub struct JournalEntry {
     pub response: Value,
     /// Sim-clock time of arrival.
     pub at_ms: u64,
+    /// Wall-clock time the request had fully arrived, in microseconds since the Unix epoch.
+    /// Not serialized (journals stay comparable across runs): the turn-latency bench
+    /// (`crates/cli/benches/turn_floor.rs`) lines it up with timestamps taken in the gateway.
+    #[serde(skip)]
+    pub arrived_unix_us: u64,
     /// Connection id (one per TCP connection).
     pub connection_id: u64,
     /// The authenticated principal, when the bearer mapped to one.
@@ -162,6 +174,7 @@ mod tests {
             status: 200,
             response: json!({}),
             at_ms: 1,
+            arrived_unix_us: 1,
             connection_id: 9,
             principal: Some("a-hermes".into()),
         };

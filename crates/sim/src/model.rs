@@ -270,6 +270,8 @@ struct ModelShared {
     /// When each logged request arrived, beside it in the log (same bound).
     arrivals: Mutex<VecDeque<std::time::Instant>>,
     started: std::time::Instant,
+    /// The wall clock at `started`, in microseconds since the Unix epoch.
+    started_unix_us: u64,
 }
 
 /// A running model server. Dropping it stops the listener.
@@ -302,6 +304,7 @@ impl ModelServer {
             log: Mutex::new((VecDeque::new(), 0)),
             arrivals: Mutex::new(VecDeque::new()),
             started: std::time::Instant::now(),
+            started_unix_us: crate::journal::unix_us_now(),
         });
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let accept = Arc::clone(&shared);
@@ -358,6 +361,18 @@ impl ModelServer {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// [`ModelServer::arrivals_us`] on the wall clock, in microseconds since the Unix epoch, to
+    /// line up with timestamps taken in other processes (the turn-latency bench). A scripted
+    /// reply without `delayMs` is written whole at once, so its arrival is also when the model
+    /// started and finished answering.
+    pub fn arrivals_unix_us(&self) -> Vec<u64> {
+        let started = self.shared.started_unix_us;
+        self.arrivals_us()
+            .into_iter()
+            .map(|t| started.saturating_add(t))
+            .collect()
     }
 
     /// The chat-completion requests received so far (bounded).

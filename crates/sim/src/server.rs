@@ -233,6 +233,7 @@ async fn handle(
             return Ok(to_response(&reply));
         }
     };
+    let arrived_unix_us = crate::journal::unix_us_now();
     let headers: Vec<(String, String)> = parts
         .headers
         .iter()
@@ -301,6 +302,7 @@ async fn handle(
             status,
             response,
             at_ms: now,
+            arrived_unix_us,
             connection_id: conn_id,
             principal: principal.clone(),
         };

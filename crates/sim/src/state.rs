@@ -506,6 +506,7 @@ impl State {
                 status: 0,
                 response: Value::Null,
                 at_ms: 0,
+                arrived_unix_us: 0,
                 connection_id: 0,
                 principal: None,
             });

@@ -1,0 +1,723 @@
+//! Where a Canon turn's time goes with a real Hermes gateway, side by side with the reference
+//! Python plugin (canon-hermes-plugin), and how far each runtime is from Hermes' own floor.
+//!
+//! For each runtime, one hermes-agent 0.19.0 gateway runs against canon-sim and its scripted
+//! model server (the hermes-host.md §20 recipe of the real-gateway tests): canon-hermes through
+//! the shim `canon-hermes install` writes, the reference as the Hermes plugin it is, installed
+//! into its own venv by `scripts/bench-turns-reference.sh`. The gateway loads the probe in
+//! `benches/turn_floor/sitecustomize.py`, which timestamps every call Hermes makes into its
+//! platform adapter (stream previews, the final text, the processing hooks). The simulator
+//! timestamps each request as it arrives and the model server each chat request; all three
+//! use the wall clock of this machine, so the intervals below line up across the processes.
+//!
+//! Scenarios, each in a fresh conversation, repeated `TURN_FLOOR_REPEAT` times (default 3;
+//! medians are printed): a short answer, a 20 KB answer, a tool turn (Hermes' `todo` tool,
+//! then the answer), a quiet group turn (no live text), two messages back to back (the
+//! second's figures) and a 100 KB answer (sent in parts). Every scripted reply is written whole
+//! at once, so a model request's arrival is also when the model's answer began and ended.
+//!
+//! Two paths per scenario, in milliseconds:
+//! * **model → turn_complete**: the answering model request (after the tool, or the second
+//!   message's) → the last `turn_complete` write arrives at Canon. Hermes' floor on this path
+//!   is its processing-complete hook, the moment it tells the adapter the turn is over (the
+//!   final text's own edit or send comes a little before; both are printed).
+//! * **model → first text**: the same request → the first live `/streaming` write with text.
+//!   Hermes' floor is its first stream call into the adapter after the request.
+//!
+//! Also counted: messages sent, `turn_complete` messages stored and Canon turns closed (one
+//! answer and one closed turn per message is canon-hermes' contract).
+//!
+//! `cargo bench -p canon-hermes --bench turn_floor` measures canon-hermes alone, or both when
+//! `TURN_FLOOR_REFERENCE_PYTHON` names the reference venv's Python (the script sets it). It
+//! needs the Hermes venv of `scripts/hermes-venv.sh` (`HERMES_VENV` as in the tests); without
+//! `--bench` (a `cargo test --benches` run) it only says how to run it.
+
+// The table on stdout is this benchmark's output; its progress lines go to stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use canon_sim::config::SimConfig;
+use canon_sim::control::Injection;
+use canon_sim::model::{ModelServer, Script};
+use canon_sim::{ConversationSpec, Sim, SimHandle, DEFAULT_AGENT, DEFAULT_OWNER};
+use serde_json::{json, Value};
+
+// The real-gateway harness of the integration tests; helpers this bench does not use carry
+// no meaning here.
+#[allow(dead_code)]
+#[path = "../tests/it/gateway_support.rs"]
+mod gateway_support;
+
+use gateway_support::{
+    config_yaml, hermes_bin, install_shim, workspace_root, write, Gateway, GatewayOptions,
+};
+
+/// How long one scenario may take before the bench gives up on it.
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the closing turn states may lag Hermes' last processing-complete hook.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// The reference plugin's Canon environment: canon-sim answers health checks as this one.
+const SIM_ENVIRONMENT: &str = "canon-dev-v1";
+
+/// Which runtime a gateway runs.
+#[derive(Debug, Clone)]
+enum Runtime {
+    /// canon-hermes: the shim in the profile, the daemon it spawns.
+    Ours,
+    /// The reference plugin, loaded by the Python of its own venv.
+    Reference(PathBuf),
+}
+
+impl Runtime {
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Ours => "canon-hermes",
+            Self::Reference(_) => "reference",
+        }
+    }
+}
+
+/// One scenario: the text it sends and what its turn does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Short,
+    Long,
+    Tool,
+    QuietGroup,
+    BackToBack,
+    Big,
+}
+
+const SCENARIOS: [Scenario; 6] = [
+    Scenario::Short,
+    Scenario::Long,
+    Scenario::Tool,
+    Scenario::QuietGroup,
+    Scenario::BackToBack,
+    Scenario::Big,
+];
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Short => "short",
+            Self::Long => "long (20 KB)",
+            Self::Tool => "tool",
+            Self::QuietGroup => "quiet group",
+            Self::BackToBack => "back-to-back (2nd)",
+            Self::Big => "100 KB",
+        }
+    }
+
+    /// The word the model script matches.
+    fn token(self) -> &'static str {
+        match self {
+            Self::Short => "FLOORSHORT",
+            Self::Long => "FLOORLONG",
+            Self::Tool => "FLOORTOOL",
+            Self::QuietGroup => "FLOORGROUP",
+            Self::BackToBack => "FLOORPAIR",
+            Self::Big => "FLOORBIG",
+        }
+    }
+
+    /// Whether the turn streams live text (a quiet group turn shows none).
+    fn streams(self) -> bool {
+        self != Self::QuietGroup
+    }
+}
+
+/// An answer of about `bytes` bytes in words of varying length, with paragraph breaks.
+fn answer_of(bytes: usize) -> String {
+    let words = [
+        "Canon", "streams", "the", "answer", "while", "Hermes", "thinks,",
+    ];
+    let mut out = String::with_capacity(bytes + 16);
+    let mut i = 0usize;
+    while out.len() < bytes {
+        out.push_str(words[i % words.len()]);
+        i += 1;
+        out.push(if i % 97 == 0 { '\n' } else { ' ' });
+    }
+    out.trim_end().to_owned()
+}
+
+fn script() -> Script {
+    let mut rules = vec![
+        json!({"match": {"titleRequest": true}, "reply": {"text": "Scripted session"}}),
+        json!({"match": {"role": "tool"}, "reply": {"echoToolResult": true, "prefix": "Tool said: "}}),
+        json!({"match": {"role": "user", "contains": Scenario::Tool.token()},
+               "reply": {"toolCall": {"name": "todo", "id": "call_floor",
+                         "arguments": {"todos": [{"id": "t1", "content": "measure the floor",
+                                                  "status": "in_progress"}]}}}}),
+        json!({"match": {"role": "user", "contains": Scenario::Long.token()},
+               "reply": {"text": answer_of(20 * 1024)}}),
+        json!({"match": {"role": "user", "contains": Scenario::Big.token()},
+               "reply": {"text": answer_of(100 * 1024)}}),
+    ];
+    rules.push(json!({"match": {}, "reply": {"text": "Hello from the scripted model."}}));
+    Script::parse(&json!({"model": "fake-model", "rules": rules}).to_string()).expect("script")
+}
+
+/// One probe line: a call Hermes made into the adapter.
+#[derive(Debug, Clone)]
+struct ProbeCall {
+    at_us: u64,
+    call: String,
+    chat: String,
+    /// How long the adapter took to answer a send or edit.
+    took_us: Option<u64>,
+}
+
+fn probe_calls(path: &Path) -> Vec<ProbeCall> {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .map(|v| ProbeCall {
+            // Seconds as a float → microseconds (f64 keeps microseconds exact at today's epoch).
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            at_us: (v["t"].as_f64().unwrap_or(0.0) * 1e6) as u64,
+            call: v["call"].as_str().unwrap_or("").to_owned(),
+            chat: v["chat"].as_str().unwrap_or("").to_owned(),
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            took_us: v["took"].as_f64().map(|s| (s * 1e6) as u64),
+        })
+        .collect()
+}
+
+/// The figures of one scenario run, in microseconds from the answering model request.
+#[derive(Debug, Clone, Default)]
+struct Run {
+    /// → the last `turn_complete` write arrived at Canon.
+    complete: Option<u64>,
+    /// → Hermes' processing-complete hook.
+    hook: Option<u64>,
+    /// → Hermes' last send or edit (the final text).
+    last_edit: Option<u64>,
+    /// → the first `/streaming` write with text.
+    first_text: Option<u64>,
+    /// → Hermes' first send or edit.
+    first_call: Option<u64>,
+    /// How long the adapter took to answer each of Hermes' sends and edits in the scenario.
+    answers_us: Vec<u64>,
+    /// Messages the scenario sent, each owed one answer.
+    turns: usize,
+    /// `turn_complete` messages Canon stored for them.
+    turn_completes: usize,
+    /// Canon turns closed (`completed` or `interrupted` published).
+    closed: usize,
+}
+
+/// A gateway, its simulator and model, and the probe's file.
+struct Bench {
+    sim: SimHandle,
+    model: ModelServer,
+    gateway: Gateway,
+    probe: PathBuf,
+    next: usize,
+}
+
+fn probe_dir() -> PathBuf {
+    workspace_root().join("crates/cli/benches/turn_floor")
+}
+
+/// Starts `runtime`'s gateway on a fresh profile; returns once it holds the Canon stream.
+async fn start(runtime: &Runtime) -> Bench {
+    let mut config = SimConfig::for_tests();
+    config.frozen_clock_ms = None;
+    let sim = Sim::start(config).await.expect("the simulator starts");
+    sim.set_switches(|s| s.rate_limits = false);
+    let model = ModelServer::start(script(), 0)
+        .await
+        .expect("the model server starts");
+    let home = tempfile::tempdir().expect("scratch dir");
+    let hermes_home = home.path().join("hermes");
+    write(
+        &hermes_home.join("config.yaml"),
+        &config_yaml(&model.base_url(), &GatewayOptions::default()),
+    );
+    let probe = home.path().join("probe.jsonl");
+    let python_path = match std::env::var_os("PYTHONPATH") {
+        Some(p) => format!("{}:{}", probe_dir().display(), p.to_string_lossy()),
+        None => probe_dir().display().to_string(),
+    };
+    let out = fs::File::create(home.path().join("gateway.out")).expect("log file");
+    let mut command = match runtime {
+        Runtime::Ours => {
+            tokio::task::block_in_place(|| install_shim(&hermes_home));
+            let mut c = Command::new(hermes_bin());
+            c.args(["gateway", "run", "-v"])
+                .env("CANON_HERMES_BIN", env!("CARGO_BIN_EXE_canon-hermes"))
+                .env_remove("CANON_ENVIRONMENT_ID");
+            c
+        }
+        Runtime::Reference(python) => {
+            let mut c = Command::new(python);
+            c.args([
+                "-c",
+                "import sys; from hermes_cli.main import main; sys.argv[0] = 'hermes'; sys.exit(main())",
+                "gateway",
+                "run",
+                "-v",
+            ])
+            .env("CANON_ENVIRONMENT_ID", SIM_ENVIRONMENT)
+            // Never contacted during a turn; the plugin only insists that one is named.
+            .env("CANON_RTDB_URL", "http://127.0.0.1:9")
+            .env("CANON_FIREBASE_API_KEY", "turn-floor-bench")
+            .env("CANON_ALLOW_ALL_USERS", "true");
+            c
+        }
+    };
+    let child = command
+        .current_dir(home.path())
+        .env("HERMES_HOME", &hermes_home)
+        .env("HOME", home.path())
+        .env("HERMES_DISABLE_LAZY_INSTALLS", "1")
+        .env("CANON_API_KEY", sim.api_key())
+        .env("CANON_BASE_URL", sim.base_url())
+        .env("CANON_STREAM_URL", sim.stream_url())
+        .env("PYTHONPATH", python_path)
+        .env("TURN_FLOOR_PROBE", &probe)
+        .env_remove("CANON_HOME_CHANNEL")
+        .env_remove("HERMES_SAFE_MODE")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("dup log"))
+        .stderr(out)
+        .spawn()
+        .expect("the Hermes gateway starts");
+    let mut gateway = Gateway { child, home };
+    tokio::task::block_in_place(|| {
+        gateway.wait_ready();
+        gateway.wait_settled();
+    });
+    if let Err(e) = sim
+        .wait_for("the Canon stream", SCENARIO_TIMEOUT, |s| {
+            !s.open_streams.is_empty()
+        })
+        .await
+    {
+        panic!("{e}\n{}", gateway.log_tail());
+    }
+    Bench {
+        sim,
+        model,
+        gateway,
+        probe,
+        next: 0,
+    }
+}
+
+impl Bench {
+    /// A fresh conversation for one scenario run.
+    fn conversation(&mut self, scenario: Scenario) -> String {
+        self.next += 1;
+        let id = format!("c-floor-{}", self.next);
+        let group = scenario == Scenario::QuietGroup;
+        let mut members = vec![DEFAULT_OWNER.to_owned(), DEFAULT_AGENT.to_owned()];
+        if group {
+            if !self
+                .sim
+                .read_state(|s| s.principals.contains_key("h-guest"))
+            {
+                self.sim.create_principal(canon_sim::PrincipalSpec {
+                    id: Some("h-guest".into()),
+                    kind: "human".into(),
+                    display_name: Some("Guest".into()),
+                    ..canon_sim::PrincipalSpec::default()
+                });
+            }
+            members.push("h-guest".to_owned());
+        }
+        self.sim.create_conversation(ConversationSpec {
+            id: Some(id.clone()),
+            kind: if group { "group" } else { "direct" }.to_owned(),
+            name: Some(format!("floor {}", self.next)),
+            member_ids: members,
+            behavior: group.then(|| json!({"requireMentionForGroupReplies": true})),
+        })
+    }
+
+    fn inject(&self, conversation: &str, text: String, mention: bool) {
+        self.sim
+            .inject_message(&Injection {
+                conversation_id: Some(conversation.to_owned()),
+                text: Some(text),
+                mentions: if mention {
+                    vec![DEFAULT_AGENT.to_owned()]
+                } else {
+                    Vec::new()
+                },
+                ..Injection::default()
+            })
+            .expect("inject");
+    }
+
+    /// Runs `scenario` once and reads its figures.
+    async fn run(&mut self, scenario: Scenario) -> Run {
+        let conversation = self.conversation(scenario);
+        let tag = format!("{} run {}", scenario.token(), self.next);
+        let requests_before = self.model.requests().len();
+        let turns = if scenario == Scenario::BackToBack {
+            2
+        } else {
+            1
+        };
+        match scenario {
+            Scenario::QuietGroup => self.inject(&conversation, format!("@Hermes {tag}"), true),
+            Scenario::BackToBack => {
+                self.inject(&conversation, format!("{tag} first"), false);
+                self.inject(&conversation, format!("{tag} second"), false);
+            }
+            _ => self.inject(&conversation, tag.clone(), false),
+        }
+        // Done once Hermes ran its processing-complete hook after the answering request (a
+        // queued follow-up runs inside the first message's processing in Hermes 0.19.0, so
+        // back to back there is one hook for both), and the runtime published the closing
+        // states it publishes (a runtime may close fewer Canon turns than messages).
+        let started = std::time::Instant::now();
+        loop {
+            let answered = self.answering_request(scenario, requests_before);
+            let done = answered.is_some_and(|origin| {
+                probe_calls(&self.probe).iter().any(|c| {
+                    c.chat == conversation
+                        && c.call == "on_processing_complete"
+                        && c.at_us >= origin
+                })
+            });
+            if done {
+                break;
+            }
+            if started.elapsed() > SCENARIO_TIMEOUT {
+                panic!(
+                    "{}: Hermes did not finish the turn within {SCENARIO_TIMEOUT:?}\n{}",
+                    scenario.name(),
+                    self.gateway.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let closing = conversation.clone();
+        let _ = self
+            .sim
+            .wait_for("the closing turn states", CLOSE_WAIT, move |s| {
+                closed_turns(s, &closing) >= turns
+            })
+            .await;
+        // Late writes of the turn (a clear after its final) land before the next scenario.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        self.figures(scenario, &conversation, requests_before, turns)
+    }
+
+    /// When the model request answering `scenario`'s (last) message arrived: the last
+    /// non-title request since `requests_before` (the tool's result, the second message).
+    fn answering_request(&self, scenario: Scenario, requests_before: usize) -> Option<u64> {
+        let requests = self.model.requests();
+        let arrivals = self.model.arrivals_unix_us();
+        requests
+            .iter()
+            .zip(&arrivals)
+            .skip(requests_before)
+            .filter(|(r, _)| !canon_sim::model::is_title_request(r))
+            .filter(|(r, _)| match scenario {
+                Scenario::Tool => r["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .is_some_and(|m| m["role"] == "tool"),
+                Scenario::BackToBack => last_user_text(r).contains("second"),
+                _ => true,
+            })
+            .map(|(_, at)| *at)
+            .next_back()
+    }
+
+    fn figures(
+        &self,
+        scenario: Scenario,
+        conversation: &str,
+        requests_before: usize,
+        turns: usize,
+    ) -> Run {
+        let answering = self.answering_request(scenario, requests_before);
+        let Some(origin) = answering else {
+            return Run::default();
+        };
+        let since = |at: u64| at.checked_sub(origin);
+        let journal = self.sim.journal(0, None);
+        let mine: Vec<_> = journal
+            .iter()
+            .filter(|e| {
+                e.method == "POST"
+                    && e.principal.as_deref() == Some(DEFAULT_AGENT)
+                    && e.body["conversationId"] == conversation
+            })
+            .collect();
+        let is_complete = |e: &&&canon_sim::journal::JournalEntry| {
+            e.body["metadata"]["turnSemantics"] == "turn_complete" && (200..300).contains(&e.status)
+        };
+        let complete = mine
+            .iter()
+            .filter(is_complete)
+            .map(|e| e.arrived_unix_us)
+            .max()
+            .and_then(since);
+        let first_text = mine
+            .iter()
+            .filter(|e| {
+                e.path == "/streaming"
+                    && e.arrived_unix_us >= origin
+                    && e.body["text"]
+                        .as_str()
+                        .is_some_and(|t| !t.trim().is_empty())
+            })
+            .map(|e| e.arrived_unix_us)
+            .min()
+            .and_then(since);
+        let all_calls: Vec<ProbeCall> = probe_calls(&self.probe)
+            .into_iter()
+            .filter(|c| c.chat == conversation)
+            .collect();
+        let answers_us = all_calls.iter().filter_map(|c| c.took_us).collect();
+        let calls: Vec<&ProbeCall> = all_calls.iter().filter(|c| c.at_us >= origin).collect();
+        let content = |c: &&&ProbeCall| c.call == "send" || c.call == "edit_message";
+        let hook = calls
+            .iter()
+            .filter(|c| c.call == "on_processing_complete")
+            .map(|c| c.at_us)
+            .max()
+            .and_then(since);
+        let last_edit = calls
+            .iter()
+            .filter(content)
+            .map(|c| c.at_us)
+            .max()
+            .and_then(since);
+        let first_call = calls
+            .iter()
+            .filter(content)
+            .map(|c| c.at_us)
+            .min()
+            .and_then(since);
+        // turn_complete messages (a message in parts carries it on its last part only).
+        let turn_completes = self.sim.read_state(|s| {
+            s.messages
+                .iter()
+                .filter(|m| {
+                    m.conversation_id == conversation
+                        && m.message["senderId"] == DEFAULT_AGENT
+                        && m.message["metadata"]["turnSemantics"] == "turn_complete"
+                })
+                .count()
+        });
+        let closed = self.sim.read_state(|s| closed_turns(s, conversation));
+        Run {
+            complete,
+            hook,
+            last_edit,
+            first_text: if scenario.streams() { first_text } else { None },
+            first_call: if scenario.streams() { first_call } else { None },
+            answers_us,
+            turns,
+            turn_completes,
+            closed,
+        }
+    }
+}
+
+/// Canon turns of `conversation` published closed (`completed` or `interrupted`).
+fn closed_turns(state: &canon_sim::State, conversation: &str) -> usize {
+    state
+        .turn_history
+        .iter()
+        .filter(|t| {
+            t["conversationId"] == conversation
+                && matches!(t["state"].as_str(), Some("completed" | "interrupted"))
+        })
+        .count()
+}
+
+fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_default()
+}
+
+fn median(values: impl Iterator<Item = Option<u64>>) -> Option<f64> {
+    let mut v: Vec<u64> = values.flatten().collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let mid = v.len() / 2;
+    #[allow(clippy::cast_precision_loss)]
+    let us = if v.len() % 2 == 1 {
+        v[mid] as f64
+    } else {
+        (v[mid - 1] + v[mid]) as f64 / 2.0
+    };
+    Some(us / 1000.0)
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".to_owned(), |v| format!("{v:.1}"))
+}
+
+/// Runs every scenario `repeat` times on `runtime`'s gateway.
+async fn measure(runtime: &Runtime, repeat: usize) -> BTreeMap<&'static str, Vec<Run>> {
+    eprintln!("turn_floor: starting the {} gateway", runtime.label());
+    let mut bench = start(runtime).await;
+    let mut out: BTreeMap<&'static str, Vec<Run>> = BTreeMap::new();
+    for round in 0..repeat {
+        for scenario in SCENARIOS {
+            eprintln!(
+                "turn_floor: {} {} ({}/{repeat})",
+                runtime.label(),
+                scenario.name(),
+                round + 1
+            );
+            let run = bench.run(scenario).await;
+            out.entry(scenario.name()).or_default().push(run);
+        }
+    }
+    tokio::task::block_in_place(|| bench.gateway.stop());
+    out
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!(
+            "turn_floor: measured with a real Hermes gateway; run `cargo bench -p canon-hermes \
+             --bench turn_floor` or scripts/bench-turns-reference.sh"
+        );
+        return;
+    }
+    let repeat = std::env::var("TURN_FLOOR_REPEAT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(3);
+    let reference = std::env::var_os("TURN_FLOOR_REFERENCE_PYTHON").map(PathBuf::from);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let (ours, theirs) = runtime.block_on(async {
+        let ours = measure(&Runtime::Ours, repeat).await;
+        let theirs = match &reference {
+            Some(python) => Some(measure(&Runtime::Reference(python.clone()), repeat).await),
+            None => None,
+        };
+        (ours, theirs)
+    });
+    print_table(&ours, theirs.as_ref(), repeat);
+}
+
+fn print_table(
+    ours: &BTreeMap<&'static str, Vec<Run>>,
+    theirs: Option<&BTreeMap<&'static str, Vec<Run>>>,
+    repeat: usize,
+) {
+    println!();
+    println!(
+        "Turn latency with hermes-agent 0.19.0, medians of {repeat} (ms from the answering model request)"
+    );
+    if theirs.is_none() {
+        println!("reference: not measured (scripts/bench-turns-reference.sh sets TURN_FLOOR_REFERENCE_PYTHON)");
+    }
+    println!(
+        "{:<20} {:<24} {:>9} {:>9} {:>13} | {:>9} {:>9} {:>10}",
+        "scenario", "path", "floor", "final", "canon-hermes", "floor", "final", "reference"
+    );
+    let empty = Vec::new();
+    for scenario in SCENARIOS {
+        let name = scenario.name();
+        let a = ours.get(name).unwrap_or(&empty);
+        let b = theirs.and_then(|t| t.get(name)).unwrap_or(&empty);
+        println!(
+            "{:<20} {:<24} {:>9} {:>9} {:>13} | {:>9} {:>9} {:>10}",
+            name,
+            "model → turn_complete",
+            ms(median(a.iter().map(|r| r.hook))),
+            ms(median(a.iter().map(|r| r.last_edit))),
+            ms(median(a.iter().map(|r| r.complete))),
+            ms(median(b.iter().map(|r| r.hook))),
+            ms(median(b.iter().map(|r| r.last_edit))),
+            ms(median(b.iter().map(|r| r.complete))),
+        );
+        if scenario.streams() {
+            println!(
+                "{:<20} {:<24} {:>9} {:>9} {:>13} | {:>9} {:>9} {:>10}",
+                "",
+                "model → first text",
+                ms(median(a.iter().map(|r| r.first_call))),
+                "",
+                ms(median(a.iter().map(|r| r.first_text))),
+                ms(median(b.iter().map(|r| r.first_call))),
+                "",
+                ms(median(b.iter().map(|r| r.first_text))),
+            );
+        }
+    }
+    println!();
+    println!(
+        "Hermes waiting for the adapter's answer to each send and edit (its stream consumer awaits them)"
+    );
+    println!(
+        "{:<20} {:>8} {:>10} {:>10} | {:>8} {:>10} {:>10}",
+        "scenario", "calls", "median ms", "sum ms", "calls", "median ms", "sum ms"
+    );
+    let waits = |runs: &[Run]| {
+        let calls = runs.iter().map(|r| r.answers_us.len()).sum::<usize>() / runs.len().max(1);
+        let per_call = median(
+            runs.iter()
+                .flat_map(|r| r.answers_us.iter().map(|u| Some(*u))),
+        );
+        let per_turn = median(runs.iter().map(|r| Some(r.answers_us.iter().sum::<u64>())));
+        (calls, per_call, per_turn)
+    };
+    for scenario in SCENARIOS {
+        let name = scenario.name();
+        let (a_calls, a_call, a_turn) = waits(ours.get(name).unwrap_or(&empty));
+        let (b_calls, b_call, b_turn) = waits(theirs.and_then(|t| t.get(name)).unwrap_or(&empty));
+        println!(
+            "{:<20} {:>8} {:>10} {:>10} | {:>8} {:>10} {:>10}",
+            name,
+            a_calls,
+            ms(a_call),
+            ms(a_turn),
+            b_calls,
+            ms(b_call),
+            ms(b_turn)
+        );
+    }
+    let counts = |runs: &BTreeMap<&'static str, Vec<Run>>| {
+        let all = runs.values().flatten();
+        let (turns, completes, closed) = all.fold((0, 0, 0), |(t, c, k), r| {
+            (t + r.turns, c + r.turn_completes, k + r.closed)
+        });
+        format!(
+            "{turns} messages sent, {completes} turn_complete messages stored, {closed} Canon turns closed"
+        )
+    };
+    println!();
+    println!(
+        "floor = Hermes' own call into the adapter: its processing-complete hook (turn_complete), \
+         its first stream call (first text); final = Hermes' last send or edit of the turn"
+    );
+    println!("canon-hermes: {}", counts(ours));
+    if let Some(theirs) = theirs {
+        println!("reference:    {}", counts(theirs));
+    }
+}
