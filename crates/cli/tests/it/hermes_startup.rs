@@ -7,6 +7,7 @@
 //! | message during the startup restore: one Canon turn for the no-op pass and the replay | hermes-host.md §9.5 |
 //! | the key of config.yaml's `platforms.canon.api_key` connects the platform | cli.md §5.1 |
 //! | the shim's readiness check is the daemon's resolver: a bare key fails it, with the reason logged | cli.md §5.1 |
+//! | a frame the daemon's stdin pipe has room for is written by its caller at once, never ahead of a queued one | hermes-host.md §19.4, issue 18 |
 
 use std::process::Command;
 use std::time::Duration;
@@ -415,7 +416,7 @@ fn the_shim_hands_hermes_each_message_once_across_daemon_respawns() {
 fn a_frame_the_daemons_json_would_refuse_fails_alone_or_is_mended() {
     let code = "import queue, sys\n\
          from shim import _daemon as d\n\
-         daemon = d.Daemon.__new__(d.Daemon); daemon.out = queue.Queue(8)\n\
+         daemon = d.Daemon.__new__(d.Daemon); daemon._init_requests(); daemon.out = queue.Queue(8)\n\
          loop = []; loop.append(loop)\n\
          for bad in ({'type': 'x', 'v': float('nan')}, {'type': 'y', 'v': loop}):\n\
          \x20   try:\n\
@@ -491,6 +492,31 @@ fn a_full_writer_queue_fails_every_waiting_request_without_leaking_a_slot() {
          codes = {f.exception().code for f in futs[1:]}\n\
          print(futs[0].result(), codes, daemon.inflight, len(daemon.waiting))\n";
     assert_eq!(run_shim_python(code).trim(), "{} {'backpressure'} 0 0");
+}
+
+/// A frame the child's stdin pipe has room for is written by its caller at once, sparing the
+/// hand-off to the writer thread (issue 18: each hand-off waits for Python's interpreter lock
+/// while Hermes' agent thread is busy); one without room goes to the writer, and so does every
+/// frame behind it, so the order the daemon reads is the order they were posted.
+#[test]
+fn a_frame_the_pipe_has_room_for_is_written_at_once_and_never_overtakes_a_queued_one() {
+    let code = "import fcntl, struct, subprocess, termios\n\
+         from shim import _daemon as d\n\
+         daemon = d.Daemon.__new__(d.Daemon); daemon._init_requests()\n\
+         daemon.proc = subprocess.Popen(['sleep', '30'], stdin=subprocess.PIPE)\n\
+         daemon.pipe_size = daemon._pipe_size()\n\
+         unread = lambda: struct.unpack('i', fcntl.ioctl(daemon.proc.stdin.fileno(), termios.FIONREAD, b'0000'))[0]\n\
+         small = b'{\"type\":\"x\"}\\n'\n\
+         print(daemon.post(small), daemon.out.qsize(), daemon.queued, unread() == len(small))\n\
+         print(daemon.post(b'y' * daemon.pipe_size + b'\\n'), daemon.out.qsize(), daemon.queued)\n\
+         print(daemon.post(small), daemon.out.qsize(), daemon.queued, unread() == len(small))\n\
+         daemon.proc.kill(); daemon.proc.wait()\n";
+    let out = run_shim_python(code);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["True 0 0 True", "True 1 1", "True 2 2 True"],
+        "{out}"
+    );
 }
 
 #[test]

@@ -2,7 +2,8 @@
 stdout, and its respawn after a crash (hermes-host.md §19.3, §19.4, §19.10, §19.11).
 
 `Daemon` is one child process with three threads: a writer draining a bounded queue into its
-stdin, a reader resolving the futures of the shim's requests from its stdout and handing the
+stdin (a frame the pipe has room for is written by its caller at once instead, see
+`Daemon._write_now`), a reader resolving the futures of the shim's requests from its stdout and handing the
 daemon's own frames to a handler, and one forwarding its stderr log lines to the logger
 `canon_hermes.daemon`. `Supervisor` owns the one child of this Python process (`SUPERVISOR`,
 which survives re-registration): it spawns it lazily, respawns it in the background with backoff
@@ -28,11 +29,19 @@ import logging
 import os
 import queue
 import shutil
+import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+try:  # the pipe's capacity and fill level (Linux); elsewhere every frame goes through the writer
+    import fcntl
+    import termios
+    _F_GETPIPE_SZ = fcntl.F_GETPIPE_SZ
+except (ImportError, AttributeError):
+    fcntl = termios = _F_GETPIPE_SZ = None
 
 from ._constants import (BACKPRESSURE, CTX_ENV, CTX_VARS, DAEMON_EXITED, EXIT_WAIT, INTERNAL, NOT_CONNECTED,
                          PROTOCOL, TIMEOUT, TIMEOUTS)
@@ -233,6 +242,7 @@ class Daemon:
         self.proc = subprocess.Popen([binary(), "serve", "--stdio"], cwd=home, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self._init_requests()
+        self.pipe_size = self._pipe_size()
         self.handler = None  # callable(frame) for daemon-originated frames
         self.available = {}  # tool name → this child's latest `tool.availability` verdict
         self.dead = self.closing = False
@@ -260,6 +270,10 @@ class Daemon:
         """The request bookkeeping: futures by id, the writer's queue and the in-flight cap."""
         self.ids, self.pending, self.lock = itertools.count(1), {}, threading.Lock()
         self.out = queue.Queue(maxsize=QUEUE_FRAMES)
+        # `queued` counts frames handed to the writer and not yet written (under `write_lock`,
+        # which a direct write holds): a caller writes directly only when nothing is ahead.
+        self.write_lock, self.queued = threading.Lock(), 0
+        self.pipe_size = None  # until the child is spawned: every frame goes through the writer
         self.max_inflight, self.inflight = MAX_INFLIGHT, 0
         self.waiting = collections.OrderedDict()  # request id → encoded line, waiting for a slot
 
@@ -273,10 +287,43 @@ class Daemon:
         frame that cannot be encoded."""
         if frame is not None and not isinstance(frame, bytes):
             frame = self._encoded(frame)
-        try:
-            self.out.put_nowait(frame)
+        with self.write_lock:
+            if frame is not None and self.queued == 0 and self._write_now(frame):
+                return True
+            try:
+                self.out.put_nowait(frame)
+            except queue.Full:
+                return False
+            self.queued += 1
             return True
-        except queue.Full:
+
+    def _pipe_size(self):
+        """The capacity of the child's stdin pipe in bytes; None where it cannot be read."""
+        if _F_GETPIPE_SZ is None:
+            return None
+        try:
+            return fcntl.fcntl(self.proc.stdin.fileno(), _F_GETPIPE_SZ)
+        except (OSError, ValueError):
+            return None
+
+    def _write_now(self, frame):
+        """Writes `frame` from the calling thread (holding `write_lock`, nothing queued ahead)
+        when the pipe has room for all of it, so the write cannot block. This spares a request
+        the hand-off to the writer thread: while Hermes' agent thread is busy in Python, every
+        thread that must take the interpreter lock in turn waits up to its switch interval
+        (5 ms), which a stream edit paid on each of its way out and back. False leaves the frame
+        to the writer (the pipe too full, its fill unreadable, or the pipe gone)."""
+        if self.pipe_size is None:
+            return False
+        try:
+            fd = self.proc.stdin.fileno()
+            unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+            if unread + len(frame) > self.pipe_size:
+                return False
+            self.proc.stdin.write(frame)
+            self.proc.stdin.flush()
+            return True
+        except (OSError, ValueError):  # the pipe is gone: the writer finds that out too
             return False
 
     @staticmethod
@@ -407,16 +454,20 @@ class Daemon:
             daemon_log.warning("canon-hermes daemon %s did not exit", self.proc.pid)
 
     def _write_loop(self):
+        # Writes outside `write_lock` (a full pipe blocks here, never a caller): a direct write
+        # waits until `queued` is back to 0, so it can never interleave with this one.
         while True:
             frame = self.out.get()
             try:
                 if frame is None:
                     self.proc.stdin.close()
-                    return
+                    return  # `queued` stays above 0: nothing is written after the close
                 self.proc.stdin.write(frame)
                 self.proc.stdin.flush()
             except (OSError, ValueError):  # the pipe is gone (ValueError: written after close)
-                return
+                return  # nor after the writer stopped
+            with self.write_lock:
+                self.queued -= 1
 
     def _read_loop(self):
         for line in self.proc.stdout:
