@@ -14,7 +14,7 @@
 # Environment:
 #   HERMES_VENV            the Hermes venv (default .cache/hermes-venv)
 #   TURNS_REF_DIR          the reference's working directory (default .cache/turns-reference)
-#   TURN_FLOOR_REPEAT      runs of each scenario per runtime; medians are printed (default 3)
+#   TURN_FLOOR_REPEAT      runs of each scenario per runtime; medians are printed (default 5)
 #   CARGO_TARGET_DIR       honoured by cargo as usual
 set -euo pipefail
 

@@ -10,8 +10,8 @@
 //! timestamps each request as it arrives and the model server each chat request; all three
 //! use the wall clock of this machine, so the intervals below line up across the processes.
 //!
-//! Scenarios, each in a fresh conversation, repeated `TURN_FLOOR_REPEAT` times (default 3;
-//! medians are printed): a short answer, a 20 KB answer, a tool turn (Hermes' `todo` tool,
+//! Scenarios, each in a fresh conversation, repeated `TURN_FLOOR_REPEAT` times (default 5;
+//! medians are printed; the two gateways run side by side and take turns scenario by scenario): a short answer, a 20 KB answer, a tool turn (Hermes' `todo` tool,
 //! then the answer), a quiet group turn (no live text), two messages back to back (the
 //! second's figures) and a 100 KB answer (sent in parts). Every scripted reply is written whole
 //! at once, so a model request's arrival is also when the model's answer began and ended.
@@ -574,24 +574,35 @@ fn ms(v: Option<f64>) -> String {
     v.map_or_else(|| "—".to_owned(), |v| format!("{v:.1}"))
 }
 
-/// Runs every scenario `repeat` times on `runtime`'s gateway.
-async fn measure(runtime: &Runtime, repeat: usize) -> BTreeMap<&'static str, Vec<Run>> {
-    eprintln!("turn_floor: starting the {} gateway", runtime.label());
-    let mut bench = start(runtime).await;
-    let mut out: BTreeMap<&'static str, Vec<Run>> = BTreeMap::new();
+type Figures = BTreeMap<&'static str, Vec<Run>>;
+
+/// Runs every scenario `repeat` times on each runtime's gateway. Both gateways run side by side
+/// and take turns scenario by scenario, so a slow spell of the machine (Hermes' own time moves
+/// by tens of milliseconds from minute to minute on two cores) falls on both alike.
+async fn measure(runtimes: &[Runtime], repeat: usize) -> Vec<Figures> {
+    let mut benches = Vec::new();
+    for runtime in runtimes {
+        eprintln!("turn_floor: starting the {} gateway", runtime.label());
+        benches.push(start(runtime).await);
+    }
+    let mut out: Vec<Figures> = runtimes.iter().map(|_| Figures::new()).collect();
     for round in 0..repeat {
         for scenario in SCENARIOS {
-            eprintln!(
-                "turn_floor: {} {} ({}/{repeat})",
-                runtime.label(),
-                scenario.name(),
-                round + 1
-            );
-            let run = bench.run(scenario).await;
-            out.entry(scenario.name()).or_default().push(run);
+            for ((runtime, bench), figures) in runtimes.iter().zip(&mut benches).zip(&mut out) {
+                eprintln!(
+                    "turn_floor: {} {} ({}/{repeat})",
+                    runtime.label(),
+                    scenario.name(),
+                    round + 1
+                );
+                let run = bench.run(scenario).await;
+                figures.entry(scenario.name()).or_default().push(run);
+            }
         }
     }
-    tokio::task::block_in_place(|| bench.gateway.stop());
+    for bench in &mut benches {
+        tokio::task::block_in_place(|| bench.gateway.stop());
+    }
     out
 }
 
@@ -607,20 +618,17 @@ fn main() {
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(3);
+        .unwrap_or(5);
     let reference = std::env::var_os("TURN_FLOOR_REFERENCE_PYTHON").map(PathBuf::from);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let (ours, theirs) = runtime.block_on(async {
-        let ours = measure(&Runtime::Ours, repeat).await;
-        let theirs = match &reference {
-            Some(python) => Some(measure(&Runtime::Reference(python.clone()), repeat).await),
-            None => None,
-        };
-        (ours, theirs)
-    });
+    let mut runtimes = vec![Runtime::Ours];
+    runtimes.extend(reference.map(Runtime::Reference));
+    let mut figures = runtime.block_on(measure(&runtimes, repeat)).into_iter();
+    let ours = figures.next().unwrap_or_default();
+    let theirs = figures.next();
     print_table(&ours, theirs.as_ref(), repeat);
 }
 
