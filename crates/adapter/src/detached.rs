@@ -488,9 +488,13 @@ pub(crate) async fn recover(
 }
 
 /// The approvals work of one connection: the reconcile of approvals.md §14.1 (every live entry
-/// consumed once, every undelivered wake delivered, leases a predecessor left waited out), then
-/// every `scan_interval` the periodic scan of approvals.md §14.3. A registry that cannot be read ends the
-/// reconcile (it fails closed) but not the scan, which logs and tries again.
+/// consumed once, every undelivered wake delivered, leases a predecessor left waited out) and,
+/// beside it, every `scan_interval` from the connect, the periodic scan of approvals.md §14.3.
+/// The two run side by side, as in the reference (the scan rides its status loop, not the
+/// reconcile task): the reconcile sleeps until every lease in the registry has expired, this
+/// daemon's own ones included (a wake lease holds 60 s), so a scan that waited for it missed a
+/// wake Hermes refused meanwhile for as long. A registry that cannot be read ends the reconcile
+/// (it fails closed) but not the scan, which logs and tries again.
 pub(crate) async fn approvals_loop(
     store: Arc<Store>,
     client: CanonClient,
@@ -498,13 +502,27 @@ pub(crate) async fn approvals_loop(
     recovery: RecoverySet,
     scan_interval: Duration,
 ) {
-    reconcile(&store, &client, &reports).await;
+    tokio::join!(
+        reconcile(&store, &client, &reports),
+        scan(&store, &client, &reports, &recovery, scan_interval)
+    );
+}
+
+/// The periodic scan of approvals.md §14.3: every `scan_interval`, a receipt-recovery task for
+/// each candidate (at most one per id runs, `RecoverySet`). Never ends.
+async fn scan(
+    store: &Arc<Store>,
+    client: &CanonClient,
+    reports: &mpsc::Sender<Report>,
+    recovery: &RecoverySet,
+    scan_interval: Duration,
+) {
     let mut scan =
         tokio::time::interval_at(tokio::time::Instant::now() + scan_interval, scan_interval);
     scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         scan.tick().await;
-        let ids = match registry(&store, |s| s.recovery_candidates(now_ms())).await {
+        let ids = match registry(store, |s| s.recovery_candidates(now_ms())).await {
             Ok(ids) => ids,
             Err(error) => {
                 tracing::warn!(error, "approval scan skipped");
@@ -513,7 +531,7 @@ pub(crate) async fn approvals_loop(
         };
         for id in ids {
             tokio::spawn(recover(
-                Arc::clone(&store),
+                Arc::clone(store),
                 client.clone(),
                 id,
                 reports.clone(),

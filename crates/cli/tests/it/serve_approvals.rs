@@ -300,18 +300,16 @@ async fn two_daemons_on_one_canon_home_consume_and_wake_once() {
     assert_eq!(status_of(&home, &id).0, "resolved");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_wake_hermes_did_not_take_is_retried_by_the_periodic_scan() {
-    let sim = sim().await;
-    let scratch = tempfile::tempdir().expect("scratch");
-    let home = scratch.path().join("canon");
-    // The scan runs on the status tick (approvals.md §14.3), shortened here.
-    let mut shim = spawn(&sim, &home, &[("CANON_HERMES_STATUS_INTERVAL_MS", "200")]);
-    shim.connect(&sim).await;
+/// A daemon on `home` whose periodic scan runs every 200 ms (approvals.md §14.3 runs it on the
+/// status tick, shortened here) asks an approval, the owner allows it, and Hermes refuses the
+/// first wake (its handler raised), so the lease goes back to pending: the scan hands the same
+/// wake over again, which Hermes takes. Returns the shim and the approval id.
+async fn a_refused_wake_retried_by_the_scan(sim: &SimHandle, home: &Path) -> (Shim, String) {
+    let mut shim = spawn(sim, home, &[("CANON_HERMES_STATUS_INTERVAL_MS", "200")]);
+    shim.connect(sim).await;
     let call = request_approval(&mut shim).await;
     let id = approval_id(&shim.reply(&call).await.0);
-    answer(&sim, &id, "allow");
-    // Hermes refuses the first wake (its handler raised): the lease goes back to pending.
+    answer(sim, &id, "allow");
     let first = shim.expect("inbound.message").await;
     assert_eq!(wakes(std::slice::from_ref(&first)).len(), 1, "{first}");
     shim.answer(&first, json!({"accepted": false})).await;
@@ -322,6 +320,48 @@ async fn a_wake_hermes_did_not_take_is_retried_by_the_periodic_scan() {
         "the same wake again"
     );
     shim.answer(&second, json!({"accepted": true})).await;
+    (shim, id)
+}
+
+/// The reconcile of approvals.md §14.1 sleeps until every lease in the registry has expired
+/// (up to 60 s at a time); the periodic scan runs beside it, not after it. Here a predecessor's
+/// create lease (300 s) holds the reconcile for the whole test, and a wake Hermes refused must
+/// still be retried by the scan. Found by `a_wake_hermes_did_not_take_is_retried_by_the_periodic_scan`
+/// failing about one run in twenty: its reconcile sometimes still ran when the test's own
+/// approval took its create lease, and the scan waited behind it for a minute.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_periodic_scan_runs_while_the_reconcile_waits_out_a_predecessors_lease() {
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    std::fs::create_dir_all(&home).expect("canon home");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock")
+        .as_millis();
+    let now = u64::try_from(now).expect("milliseconds");
+    let predecessor = canon_approvals::store::Store::new(&home).expect("a store");
+    let stuck = canon_approvals::state::NewApproval::new(
+        canon_approvals::ids::ApprovalId::from_random([7; 10]),
+        DEFAULT_CONVERSATION,
+        now + 3_600_000,
+        Some("left creating by a daemon that died"),
+        Some(DEFAULT_OWNER),
+    )
+    .expect("a valid approval");
+    predecessor
+        .create_begin(&stuck, now)
+        .expect("the predecessor's create lease");
+    let (mut shim, _id) = a_refused_wake_retried_by_the_scan(&sim, &home).await;
+    drop(shim.close_and_drain().await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wake_hermes_did_not_take_is_retried_by_the_periodic_scan() {
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    let (mut shim, id) = a_refused_wake_retried_by_the_scan(&sim, &home).await;
     let deadline = std::time::Instant::now() + WAIT;
     while status_of(&home, &id).1.as_deref() != Some("delivered") {
         assert!(std::time::Instant::now() < deadline, "never delivered");
