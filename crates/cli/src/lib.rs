@@ -42,6 +42,7 @@ mod dev;
 mod doctor;
 mod hermes;
 mod install;
+mod pipe_io;
 mod send;
 mod serve;
 mod setup;

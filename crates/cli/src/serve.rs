@@ -323,7 +323,11 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
         parent_pid = config.parent_pid,
         "canon-hermes daemon starting"
     );
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: the daemon's work per gateway call is small and its cost was the hand-offs
+    // between threads (src/pipe_io.rs says how it was measured). Blocking work still has the
+    // blocking pool (`spawn_blocking`: the approvals store, file reads), and the inbox journal
+    // its own writer thread.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -333,12 +337,15 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
             return exit::FAILED;
         }
     };
-    let code = runtime.block_on(canon_adapter::run(
-        config,
-        tokio::io::BufReader::new(tokio::io::stdin()),
-        tokio::io::stdout(),
-        termination(),
-    ));
+    let code = runtime.block_on(async {
+        canon_adapter::run(
+            config,
+            tokio::io::BufReader::new(crate::pipe_io::stdin()),
+            crate::pipe_io::stdout(),
+            termination(),
+        )
+        .await
+    });
     // Background tasks (the SSE stream) must not keep the process alive after EOF.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     u8::try_from(code).unwrap_or(exit::FAILED)
