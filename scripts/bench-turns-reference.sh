@@ -14,7 +14,10 @@
 # Environment:
 #   HERMES_VENV            the Hermes venv (default .cache/hermes-venv)
 #   TURNS_REF_DIR          the reference's working directory (default .cache/turns-reference)
-#   TURN_FLOOR_REPEAT      runs of each scenario per runtime; medians are printed (default 5)
+#   TURN_FLOOR_REPEAT      runs of each scenario per runtime; medians are printed (default 10)
+#   TURN_FLOOR_SCENARIOS   only these scenarios, by token (FLOORSHORT,FLOORLONG,FLOORTOOL,
+#                          FLOORGROUP,FLOORPAIR,FLOORBIG); default all
+#   TURN_FLOOR_RAW         a file to append each run's figures and timeline to (JSON lines)
 #   CARGO_TARGET_DIR       honoured by cargo as usual
 set -euo pipefail
 

@@ -10,9 +10,10 @@
 //! timestamps each request as it arrives and the model server each chat request; all three
 //! use the wall clock of this machine, so the intervals below line up across the processes.
 //!
-//! Scenarios, each in a fresh conversation, repeated `TURN_FLOOR_REPEAT` times (default 5;
-//! medians are printed; the two gateways run side by side and take turns scenario by scenario): a short answer, a 20 KB answer, a tool turn (Hermes' `todo` tool,
-//! then the answer), a quiet group turn (no live text), two messages back to back (the
+//! Scenarios, each in a fresh conversation, repeated `TURN_FLOOR_REPEAT` times (default 10;
+//! medians are printed; the two gateways run side by side and take turns scenario by
+//! scenario): a short answer, a 20 KB answer, a tool turn (Hermes' `todo` tool, then the
+//! answer), a quiet group turn (no live text), two messages back to back (the
 //! second's figures) and a 100 KB answer (sent in parts). Every scripted reply is written whole
 //! at once, so a model request's arrival is also when the model's answer began and ended.
 //!
@@ -23,6 +24,15 @@
 //!   final text's own edit or send comes a little before; both are printed).
 //! * **model → first text**: the same request → the first live `/streaming` write with text.
 //!   Hermes' floor is its first stream call into the adapter after the request.
+//!
+//! Hermes' floor itself is noisy: its stream consumer polls its queue every 50 ms, so the
+//! first stream call (and the final one, which the processing-complete hook follows) comes up
+//! to 50 ms after the agent thread handed it the text, at a phase no adapter controls. A
+//! median of a few runs is mostly that phase. So the bench also prints, run by run, what each
+//! runtime adds after Hermes' own call (the Canon write minus Hermes' call), which the phase
+//! does not touch, and splits Hermes' first-text path into the agent thread's part (model
+//! request → the first text delta handed to the consumer, also timestamped by the probe) and
+//! the consumer's poll.
 //!
 //! Also counted: messages sent, `turn_complete` messages stored and Canon turns closed (one
 //! answer and one closed turn per message is canon-hermes' contract).
@@ -205,6 +215,8 @@ struct Run {
     first_text: Option<u64>,
     /// → Hermes' first send or edit.
     first_call: Option<u64>,
+    /// → the agent thread handed the answer's first text to Hermes' stream consumer.
+    first_delta: Option<u64>,
     /// How long the adapter took to answer each of Hermes' sends and edits in the scenario.
     answers_us: Vec<u64>,
     /// Messages the scenario sent, each owed one answer.
@@ -213,6 +225,9 @@ struct Run {
     turn_completes: usize,
     /// Canon turns closed (`completed` or `interrupted` published).
     closed: usize,
+    /// Every Canon write and adapter call of the run, in µs from the answering model request
+    /// (negative before it), for `TURN_FLOOR_RAW`.
+    timeline: Vec<(i64, String)>,
 }
 
 /// A gateway, its simulator and model, and the probe's file.
@@ -505,6 +520,12 @@ impl Bench {
             .map(|c| c.at_us)
             .min()
             .and_then(since);
+        let first_delta = calls
+            .iter()
+            .filter(|c| c.call == "first_delta")
+            .map(|c| c.at_us)
+            .min()
+            .and_then(since);
         // turn_complete messages (a message in parts carries it on its last part only).
         let turn_completes = self.sim.read_state(|s| {
             s.messages
@@ -517,16 +538,65 @@ impl Bench {
                 .count()
         });
         let closed = self.sim.read_state(|s| closed_turns(s, conversation));
+        let rel =
+            |at: u64| i64::try_from(at).unwrap_or(i64::MAX) - i64::try_from(origin).unwrap_or(0);
+        let mut timeline: Vec<(i64, String)> = journal
+            .iter()
+            .filter(|e| {
+                e.principal.as_deref() == Some(DEFAULT_AGENT)
+                    && (e.body["conversationId"] == conversation || e.path.contains(conversation))
+            })
+            .map(|e| {
+                let state = e.body["state"]
+                    .as_str()
+                    .or_else(|| e.body["metadata"]["turnSemantics"].as_str());
+                (
+                    rel(e.arrived_unix_us),
+                    format!(
+                        "canon {} {}{}",
+                        e.method,
+                        e.path,
+                        state.map(|s| format!(" {s}")).unwrap_or_default()
+                    ),
+                )
+            })
+            .chain(all_calls.iter().map(|c| {
+                (
+                    rel(c.at_us),
+                    format!(
+                        "hermes {}{}",
+                        c.call,
+                        c.took_us
+                            .map(|t| format!(" took {:.1}ms", t as f64 / 1000.0))
+                            .unwrap_or_default()
+                    ),
+                )
+            }))
+            .chain(
+                self.model
+                    .arrivals_unix_us()
+                    .iter()
+                    .skip(requests_before)
+                    .map(|at| (rel(*at), "model request".to_owned())),
+            )
+            .collect();
+        timeline.sort();
         Run {
             complete,
             hook,
             last_edit,
             first_text: if scenario.streams() { first_text } else { None },
             first_call: if scenario.streams() { first_call } else { None },
+            first_delta: if scenario.streams() {
+                first_delta
+            } else {
+                None
+            },
             answers_us,
             turns,
             turn_completes,
             closed,
+            timeline,
         }
     }
 }
@@ -570,11 +640,30 @@ fn median(values: impl Iterator<Item = Option<u64>>) -> Option<f64> {
     Some(us / 1000.0)
 }
 
+/// The first and third quartile (nearest rank), in milliseconds.
+fn quartiles(values: impl Iterator<Item = Option<u64>>) -> (Option<f64>, Option<f64>) {
+    let mut v: Vec<u64> = values.flatten().collect();
+    if v.is_empty() {
+        return (None, None);
+    }
+    v.sort_unstable();
+    let at = |q: usize| us_ms(v[(v.len() - 1) * q / 4]);
+    (Some(at(1)), Some(at(3)))
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn us_ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
 fn ms(v: Option<f64>) -> String {
     v.map_or_else(|| "—".to_owned(), |v| format!("{v:.1}"))
 }
 
 type Figures = BTreeMap<&'static str, Vec<Run>>;
+
+/// One figure of a run (a moment, in µs from the answering model request).
+type Figure = fn(&Run) -> Option<u64>;
 
 /// Runs every scenario `repeat` times on each runtime's gateway. Both gateways run side by side
 /// and take turns scenario by scenario, so a slow spell of the machine (Hermes' own time moves
@@ -586,8 +675,14 @@ async fn measure(runtimes: &[Runtime], repeat: usize) -> Vec<Figures> {
         benches.push(start(runtime).await);
     }
     let mut out: Vec<Figures> = runtimes.iter().map(|_| Figures::new()).collect();
+    // TURN_FLOOR_SCENARIOS=FLOORTOOL,FLOORPAIR runs only the scenarios whose tokens it names.
+    let only = std::env::var("TURN_FLOOR_SCENARIOS").unwrap_or_default();
+    let chosen: Vec<Scenario> = SCENARIOS
+        .into_iter()
+        .filter(|s| only.is_empty() || only.split(',').any(|t| t.trim() == s.token()))
+        .collect();
     for round in 0..repeat {
-        for scenario in SCENARIOS {
+        for &scenario in &chosen {
             for ((runtime, bench), figures) in runtimes.iter().zip(&mut benches).zip(&mut out) {
                 eprintln!(
                     "turn_floor: {} {} ({}/{repeat})",
@@ -596,6 +691,22 @@ async fn measure(runtimes: &[Runtime], repeat: usize) -> Vec<Figures> {
                     round + 1
                 );
                 let run = bench.run(scenario).await;
+                if let Some(path) = std::env::var_os("TURN_FLOOR_RAW") {
+                    let line = json!({
+                        "runtime": runtime.label(), "scenario": scenario.name(), "round": round,
+                        "complete": run.complete, "hook": run.hook, "last_edit": run.last_edit,
+                        "first_text": run.first_text, "first_call": run.first_call,
+                        "first_delta": run.first_delta,
+                        "timeline": run.timeline,
+                    });
+                    let mut file = fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .expect("raw file");
+                    std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes())
+                        .expect("raw write");
+                }
                 figures.entry(scenario.name()).or_default().push(run);
             }
         }
@@ -618,7 +729,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(5);
+        .unwrap_or(10);
     let reference = std::env::var_os("TURN_FLOOR_REFERENCE_PYTHON").map(PathBuf::from);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -637,6 +748,10 @@ fn print_table(
     theirs: Option<&BTreeMap<&'static str, Vec<Run>>>,
     repeat: usize,
 ) {
+    let empty = Vec::new();
+    let runs_of = |figures: Option<&BTreeMap<&'static str, Vec<Run>>>, name: &str| {
+        figures.and_then(|f| f.get(name)).unwrap_or(&empty).clone()
+    };
     println!();
     println!(
         "Turn latency with hermes-agent 0.19.0, medians of {repeat} (ms from the answering model request)"
@@ -648,11 +763,10 @@ fn print_table(
         "{:<20} {:<24} {:>9} {:>9} {:>13} | {:>9} {:>9} {:>10}",
         "scenario", "path", "floor", "final", "canon-hermes", "floor", "final", "reference"
     );
-    let empty = Vec::new();
     for scenario in SCENARIOS {
         let name = scenario.name();
-        let a = ours.get(name).unwrap_or(&empty);
-        let b = theirs.and_then(|t| t.get(name)).unwrap_or(&empty);
+        let a = runs_of(Some(ours), name);
+        let b = runs_of(theirs, name);
         println!(
             "{:<20} {:<24} {:>9} {:>9} {:>13} | {:>9} {:>9} {:>10}",
             name,
@@ -680,6 +794,99 @@ fn print_table(
     }
     println!();
     println!(
+        "What each runtime adds to Hermes' own call: the Canon write minus Hermes' call, per run \
+         (median, and the largest of the {repeat} runs; ms)"
+    );
+    println!(
+        "{:<20} {:<36} {:>8} {:>8} | {:>8} {:>8}",
+        "scenario", "path", "ours", "max", "ref", "max"
+    );
+    let added = |runs: &[Run], late: Figure, early: Figure| {
+        let differences: Vec<Option<u64>> = runs
+            .iter()
+            .map(|r| late(r).zip(early(r)).map(|(l, e)| l.saturating_sub(e)))
+            .collect();
+        let max = differences.iter().flatten().max().map(|us| us_ms(*us));
+        (median(differences.into_iter()), max)
+    };
+    for scenario in SCENARIOS {
+        let name = scenario.name();
+        let a = runs_of(Some(ours), name);
+        let b = runs_of(theirs, name);
+        let mut paths: Vec<(&str, Figure, Figure)> =
+            vec![("hook → turn_complete stored", |r| r.complete, |r| r.hook)];
+        if scenario.streams() {
+            paths.push((
+                "first stream call → first text",
+                |r| r.first_text,
+                |r| r.first_call,
+            ));
+        }
+        for (i, (path, late, early)) in paths.into_iter().enumerate() {
+            let (a_med, a_max) = added(&a, late, early);
+            let (b_med, b_max) = added(&b, late, early);
+            println!(
+                "{:<20} {:<36} {:>8} {:>8} | {:>8} {:>8}",
+                if i == 0 { name } else { "" },
+                path,
+                ms(a_med),
+                ms(a_max),
+                ms(b_med),
+                ms(b_max)
+            );
+        }
+    }
+    println!();
+    println!(
+        "Hermes' own first-text path (medians, ms): the agent thread hands the first text to the \
+         stream consumer, which sends it at its next poll of its queue (every 50 ms, so this part \
+         alone moves by up to 50 ms from run to run)"
+    );
+    println!(
+        "{:<20} {:>14} {:>14} {:>8} | {:>14} {:>14} {:>8}",
+        "scenario",
+        "model → delta",
+        "delta → call",
+        "p25–p75",
+        "model → delta",
+        "delta → call",
+        "p25–p75"
+    );
+    let hermes_path = |runs: &[Run]| {
+        let to_delta = median(runs.iter().map(|r| r.first_delta));
+        let polls: Vec<Option<u64>> = runs
+            .iter()
+            .map(|r| {
+                r.first_call
+                    .zip(r.first_delta)
+                    .map(|(c, d)| c.saturating_sub(d))
+            })
+            .collect();
+        let (p25, p75) = quartiles(runs.iter().map(|r| r.first_call));
+        (
+            to_delta,
+            median(polls.into_iter()),
+            format!("{}–{}", ms(p25), ms(p75)),
+        )
+    };
+    for scenario in SCENARIOS.into_iter().filter(|s| s.streams()) {
+        let name = scenario.name();
+        let (a_delta, a_poll, a_spread) = hermes_path(&runs_of(Some(ours), name));
+        let (b_delta, b_poll, b_spread) = hermes_path(&runs_of(theirs, name));
+        println!(
+            "{:<20} {:>14} {:>14} {:>8} | {:>14} {:>14} {:>8}",
+            name,
+            ms(a_delta),
+            ms(a_poll),
+            a_spread,
+            ms(b_delta),
+            ms(b_poll),
+            b_spread
+        );
+    }
+    println!("(p25–p75: the spread of Hermes' first stream call over the runs)");
+    println!();
+    println!(
         "Hermes waiting for the adapter's answer to each send and edit (its stream consumer awaits them)"
     );
     println!(
@@ -697,8 +904,8 @@ fn print_table(
     };
     for scenario in SCENARIOS {
         let name = scenario.name();
-        let (a_calls, a_call, a_turn) = waits(ours.get(name).unwrap_or(&empty));
-        let (b_calls, b_call, b_turn) = waits(theirs.and_then(|t| t.get(name)).unwrap_or(&empty));
+        let (a_calls, a_call, a_turn) = waits(&runs_of(Some(ours), name));
+        let (b_calls, b_call, b_turn) = waits(&runs_of(theirs, name));
         println!(
             "{:<20} {:>8} {:>10} {:>10} | {:>8} {:>10} {:>10}",
             name,

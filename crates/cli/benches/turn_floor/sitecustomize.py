@@ -4,7 +4,9 @@ The bench puts this directory first on PYTHONPATH of the Hermes gateway it measu
 imports this file at startup as `sitecustomize`. It timestamps the calls Hermes makes into its
 platform adapter, whichever adapter that is (canon-hermes' shim or the reference plugin):
 `send` and `edit_message` (each stream preview and the final text) and the processing-start and
-processing-complete hooks. One JSON line per call is appended to the file named by
+processing-complete hooks; and, in Hermes' stream consumer, the first text delta of each
+segment (a new answer, or the text after a tool boundary), the moment the agent thread hands
+text to the consumer, which sends it on its next poll of its queue (every 50 ms). One JSON line per call is appended to the file named by
 TURN_FLOOR_PROBE: the wall-clock time the call was made (`t`, seconds since the Unix epoch),
 the call, its chat id, and for sends and edits the length of their text, `finalize`, and how
 long the adapter took to answer (`took`, seconds: Hermes' stream consumer waits for it; the
@@ -82,20 +84,44 @@ def _patch(module):
     base.__init_subclass__ = classmethod(init_subclass)
 
 
+def _patch_consumer(module):
+    """Records the first delta of each segment: `on_delta(None)` is a tool boundary, after
+    which the next text starts a new segment."""
+    consumer = module.GatewayStreamConsumer
+    on_delta = consumer.on_delta
+
+    def probed_on_delta(self, text):
+        if text is None:
+            self._turn_floor_seen = False
+        elif text and not getattr(self, "_turn_floor_seen", False):
+            self._turn_floor_seen = True
+            _record(call="first_delta", chat=getattr(self, "chat_id", None))
+        return on_delta(self, text)
+
+    consumer.on_delta = probed_on_delta
+
+
+_PATCHES = {"gateway.platforms.base": _patch, "gateway.stream_consumer": _patch_consumer}
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches Hermes' adapter base module right after it is first imported, before any
-    adapter class is defined."""
+    """Patches Hermes' adapter base module and its stream consumer right after each is first
+    imported, before any adapter class or consumer exists."""
 
     def find_spec(self, name, path, target=None):
-        if name != "gateway.platforms.base":
+        patch = _PATCHES.get(name)
+        if patch is None or getattr(self, "_busy", False):
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        self._busy = True  # find_spec below asks every finder again, this one included
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._busy = False
         execute = spec.loader.exec_module
 
         def exec_module(module):
             execute(module)
-            _patch(module)
+            patch(module)
 
         spec.loader.exec_module = exec_module
         return spec
