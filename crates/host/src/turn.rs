@@ -21,7 +21,8 @@
 //!   open at once) and finishes closing on its own: final delivery, 750 ms
 //!   handoff, clear, closing publish, then the answer to `turn.complete`.
 //! * A dequeue (`turn.accepted`, turns.md OQ-18) is answered at once with
-//!   the follow-up's new turn id, but Hermes dequeues before the previous
+//!   the follow-up's new turn id (its disposition acknowledgements and read
+//!   mark go out then too, turns.md §10.3), but Hermes dequeues before the previous
 //!   answer's stream consumer has sent its final edits, so the boundary
 //!   waits: until then the session's sends, edits and hooks stay with the
 //!   running turn. The boundary closes the running turn exactly as a
@@ -673,6 +674,7 @@ impl TurnMachine {
         );
         let id = turn_id_from_random(start.random);
         let request = start.request;
+        acknowledge(&start, out);
         self.open(start, id.clone(), now, out);
         // The shim keeps the id to hand the turn over in a `resync`
         // (hermes-host.md §19.10); `turn.accepted` answers its id too.
@@ -704,13 +706,22 @@ impl TurnMachine {
             .filter(|t| t.lifecycle)
         {
             Some(running) => {
+                // Its disposition acknowledgements and read mark (steps a–b of processing
+                // start, turns.md §7.3 E1) go out now, when Hermes took the message, as
+                // turns.md §10.3 has it, and not at the boundary: there they would be two
+                // more Canon round trips ahead of the follow-up's first live text. The other
+                // steps of processing start (c–f) wait for the boundary.
+                acknowledge(&start, out);
                 running.follow_up = Some(Box::new(FollowUp {
                     start,
                     turn_id: id.clone(),
                     interrupted,
                 }));
             }
-            None => self.open(start, id.clone(), now, out),
+            None => {
+                acknowledge(&start, out);
+                self.open(start, id.clone(), now, out);
+            }
         }
         out.push(reply(request, HostReply::TurnStarted { turn_id: id }));
     }
@@ -769,29 +780,11 @@ impl TurnMachine {
         }
     }
 
-    /// Opens a lifecycle turn with id `id` (turns.md §7.3 E1 steps a–f); no reply.
+    /// Opens a lifecycle turn with id `id` (turns.md §7.3 E1 steps c–f, after the caller's
+    /// [`acknowledge`]); no reply.
     fn open(&mut self, start: ProcessingStart, id: String, now: u64, out: &mut Vec<Effect>) {
         // A loose turn of the session is replaced; its pending state goes.
         self.sessions.remove(&start.session_key);
-
-        // (a) disposition acknowledgements, (b) read mark.
-        if start.disposition_queued {
-            if let Some(id) = start.message_id.as_deref().filter(|id| !id.is_empty()) {
-                out.push(Effect::AckDisposition {
-                    conversation_id: start.conversation_id.clone(),
-                    message_id: id.to_owned(),
-                });
-            }
-        }
-        for id in start.absorbed_queued_ids.iter().filter(|id| !id.is_empty()) {
-            out.push(Effect::AckDisposition {
-                conversation_id: start.conversation_id.clone(),
-                message_id: id.clone(),
-            });
-        }
-        out.push(Effect::MarkRead {
-            conversation_id: start.conversation_id.clone(),
-        });
 
         // (c)–(f): responder, turn id, `thinking`, reply authority, verbosity.
         let verbosity = resolve_turn_verbosity(self.config.verbosity, start.conversation_type);
@@ -2403,6 +2396,29 @@ pub fn standalone_target(send: &StandaloneSend) -> Option<&str> {
     .flatten()
     .map(str::trim)
     .find(|t| !t.is_empty())
+}
+
+/// turns.md §7.3 E1 steps a–b for the message `start` names: the disposition
+/// acknowledgements of a queued message and of the queued ones merged into it, then the read
+/// mark.
+fn acknowledge(start: &ProcessingStart, out: &mut Vec<Effect>) {
+    if start.disposition_queued {
+        if let Some(id) = start.message_id.as_deref().filter(|id| !id.is_empty()) {
+            out.push(Effect::AckDisposition {
+                conversation_id: start.conversation_id.clone(),
+                message_id: id.to_owned(),
+            });
+        }
+    }
+    for id in start.absorbed_queued_ids.iter().filter(|id| !id.is_empty()) {
+        out.push(Effect::AckDisposition {
+            conversation_id: start.conversation_id.clone(),
+            message_id: id.clone(),
+        });
+    }
+    out.push(Effect::MarkRead {
+        conversation_id: start.conversation_id.clone(),
+    });
 }
 
 /// Pushes turn `turn_id`'s clear of `conversation`'s live node;

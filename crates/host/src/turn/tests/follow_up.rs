@@ -73,14 +73,16 @@ fn streaming_first_turn() -> Vec<Step> {
 }
 
 /// turns.md §10.3 and OQ-18: `turn.accepted` answers the follow-up's id at
-/// once, the previous answer's late edits stay in the running turn, and the
+/// once (its disposition ack and read mark go out with it, so they are not
+/// round trips ahead of the follow-up's first live text), the previous
+/// answer's late edits stay in the running turn, and the
 /// follow-up's first send (replying to it) closes that turn with its own
 /// final and opens the new one under the answered id.
 #[test]
 fn dequeue_boundary_waits_for_the_follow_ups_first_send() {
     let mut steps = streaming_first_turn();
     steps.extend::<Vec<Step>>(vec![
-        (2, dequeue(follow_up(3, "m2", 2), false), &["reply r3 started T2"]),
+        (2, dequeue(follow_up(3, "m2", 2), false), &["ack conv-1 m2", "read conv-1", "reply r3 started T2"]),
         // Hermes' stream consumer finishes the previous answer after the dequeue.
         (3, edit(4, "Answer one", true), &[
             "stream set T1 text=\"Answer one\" blocks=[text:T1:1:completed]",
@@ -92,8 +94,6 @@ fn dequeue_boundary_waits_for_the_follow_ups_first_send() {
         (5, send_replying(5, "aside", Some("m1"), false, Value::Null), &["reply r5 aux T1"]),
         (6, send_replying(6, "Answer two ▉", Some("m2"), false, json!({"expect_edits": true})), &[
             "deliver op1 messages conv-1 [base turn_complete \"Answer one\" trail=[text:T1:1:completed]]",
-            "ack conv-1 m2",
-            "read conv-1",
             "turn thinking T2 q=2 active=m2",
             "stream set T2 text=\"Answer two ▉\" blocks=[text:T2:1:running]",
             "turn streaming T2 q=2",
@@ -135,7 +135,7 @@ fn dequeue_boundary_at_a_send_replying_in_metadata() {
         (
             2,
             dequeue(follow_up(3, "m2", 2), false),
-            &["reply r3 started T2"],
+            &["ack conv-1 m2", "read conv-1", "reply r3 started T2"],
         ),
         (
             3,
@@ -145,8 +145,6 @@ fn dequeue_boundary_at_a_send_replying_in_metadata() {
                 "turn completed T1 q=2",
                 "typing.resume conv-1",
                 "turn.closed T1 (conv-1)",
-                "ack conv-1 m2",
-                "read conv-1",
                 "turn thinking T2 q=2 active=m2",
                 "stream set T2 text=\"Two ▉\" blocks=[text:T2:1:running]",
                 "turn streaming T2 q=2",
@@ -163,7 +161,7 @@ fn dequeue_boundary_at_a_send_replying_in_metadata() {
 fn dequeue_boundary_at_an_unthreaded_send_after_the_final() {
     let mut steps = streaming_first_turn();
     steps.extend::<Vec<Step>>(vec![
-        (2, dequeue(follow_up(3, "m2", 2), false), &["reply r3 started T2"]),
+        (2, dequeue(follow_up(3, "m2", 2), false), &["ack conv-1 m2", "read conv-1", "reply r3 started T2"]),
         (3, send_replying(4, "more ▉", None, false, json!({"expect_edits": true})), &[
             "stream set T1 text=\"more ▉\" blocks=[text:T1:1:running]",
             "turn streaming T1 q=0",
@@ -176,8 +174,6 @@ fn dequeue_boundary_at_an_unthreaded_send_after_the_final() {
         ]),
         (5, send_replying(6, "Two ▉", None, false, json!({"expect_edits": true})), &[
             "deliver op1 messages conv-1 [base turn_complete \"Answer one\" trail=[text:T1:1:completed]]",
-            "ack conv-1 m2",
-            "read conv-1",
             "turn thinking T2 q=2 active=m2",
             "stream set T2 text=\"Two ▉\" blocks=[text:T2:1:running]",
             "turn streaming T2 q=2",
@@ -196,7 +192,7 @@ fn dequeue_boundary_at_a_hook() {
         (
             2,
             dequeue(follow_up(3, "m2", 2), false),
-            &["reply r3 started T2"],
+            &["ack conv-1 m2", "read conv-1", "reply r3 started T2"],
         ),
         (
             3,
@@ -206,8 +202,6 @@ fn dequeue_boundary_at_a_hook() {
                 "turn completed T1 q=2",
                 "typing.resume conv-1",
                 "turn.closed T1 (conv-1)",
-                "ack conv-1 m2",
-                "read conv-1",
                 "turn thinking T2 q=2 active=m2",
                 "stream set T2 text=\"\" blocks=[tool:call_1:running]",
                 "turn tool T2 q=2",
@@ -227,7 +221,7 @@ fn dequeue_boundary_at_the_next_dequeue_and_at_complete() {
         (
             2,
             dequeue(follow_up(3, "m2", 2), false),
-            &["reply r3 started T2"],
+            &["ack conv-1 m2", "read conv-1", "reply r3 started T2"],
         ),
         (
             3,
@@ -237,9 +231,9 @@ fn dequeue_boundary_at_the_next_dequeue_and_at_complete() {
                 "turn completed T1 q=2",
                 "typing.resume conv-1",
                 "turn.closed T1 (conv-1)",
-                "ack conv-1 m2",
-                "read conv-1",
                 "turn thinking T2 q=2 active=m2",
+                "ack conv-1 m3",
+                "read conv-1",
                 "reply r4 started T3",
             ],
         ),
@@ -251,8 +245,6 @@ fn dequeue_boundary_at_the_next_dequeue_and_at_complete() {
                 "turn completed T2 q=2",
                 "typing.resume conv-1",
                 "turn.closed T2 (conv-1)",
-                "ack conv-1 m3",
-                "read conv-1",
                 "turn thinking T3 q=2 active=m3",
                 "stream clear conv-1",
                 "turn completed T3 q=0",
@@ -273,7 +265,7 @@ fn dequeue_boundary_at_the_next_dequeue_and_at_complete() {
 fn interrupted_dequeue_closes_the_previous_turn_as_cancelled() {
     let mut steps = streaming_first_turn();
     steps.extend::<Vec<Step>>(vec![
-        (2, dequeue(follow_up(3, "m2", 2), true), &["reply r3 started T2"]),
+        (2, dequeue(follow_up(3, "m2", 2), true), &["ack conv-1 m2", "read conv-1", "reply r3 started T2"]),
         (3, edit(4, "Answer one", true), &[
             "stream set T1 text=\"Answer one\" blocks=[text:T1:1:completed]",
             "turn streaming T1 q=0",
@@ -284,8 +276,6 @@ fn interrupted_dequeue_closes_the_previous_turn_as_cancelled() {
             "turn interrupted T1 q=2",
             "typing.resume conv-1",
             "turn.closed T1 (conv-1)",
-            "ack conv-1 m2",
-            "read conv-1",
             "turn thinking T2 q=2 active=m2",
             "stream set T2 text=\"Two ▉\" blocks=[text:T2:1:running]",
             "turn streaming T2 q=2",
@@ -351,7 +341,7 @@ fn a_dequeue_sent_again_after_a_respawn_keeps_its_turn_id() {
 fn a_gateway_stop_does_not_clear_a_follow_ups_answer_whose_final_is_in_flight() {
     let mut steps = streaming_first_turn();
     steps.extend::<Vec<Step>>(vec![
-        (2, dequeue(follow_up(3, "m2", 2), false), &["reply r3 started T2"]),
+        (2, dequeue(follow_up(3, "m2", 2), false), &["ack conv-1 m2", "read conv-1", "reply r3 started T2"]),
         (3, edit(4, "Answer one", true), &[
             "stream set T1 text=\"Answer one\" blocks=[text:T1:1:completed]",
             "turn streaming T1 q=0",
@@ -359,8 +349,6 @@ fn a_gateway_stop_does_not_clear_a_follow_ups_answer_whose_final_is_in_flight() 
         ]),
         (4, send_replying(5, "Answer two ▉", Some("m2"), false, json!({"expect_edits": true})), &[
             "deliver op1 messages conv-1 [base turn_complete \"Answer one\" trail=[text:T1:1:completed]]",
-            "ack conv-1 m2",
-            "read conv-1",
             "turn thinking T2 q=2 active=m2",
             "stream set T2 text=\"Answer two ▉\" blocks=[text:T2:1:running]",
             "turn streaming T2 q=2",
