@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use canon_host::session::{Session, SessionConfig, SessionEffect, SessionInput};
-use canon_host::turn::{Effect, OpId};
+use canon_host::turn::{Delivery, Effect, OpId};
 use canon_transport::media::{MediaDownloader, MediaOptions};
 use canon_transport::net::AddressPolicy;
 use canon_transport::stream::{ConnectionState, StreamItem};
@@ -416,11 +416,27 @@ impl Driver {
     /// effect whose I/O ends at once (a connect, a failed client) reports
     /// back here, and the effects of that report are performed before the
     /// rest, as if the I/O had been inline.
+    ///
+    /// A durable delivery with a connection starts after the input's other effects: its task
+    /// and the conversation's lane run on the same thread, and the one polled first writes
+    /// first. At a follow-up's turn boundary the running turn's final goes out with the
+    /// follow-up's opening publish and first live text behind it in the lane; started first,
+    /// the final's request (the whole answer and its trail) held that text back by a few
+    /// tenths of a millisecond. The two were never ordered on the wire (separate connections).
     pub(super) async fn handle(&mut self, input: SessionInput) {
         self.writes.begin_input();
         let mut queue: VecDeque<SessionEffect> =
             self.session.handle(input, now_ms(), random_u128()).into();
+        let mut deliveries = Vec::new();
         while let Some(effect) = queue.pop_front() {
+            let effect = match (effect, &self.client) {
+                (SessionEffect::Canon(Effect::Deliver(delivery)), Some(client)) => {
+                    // With the client of this moment: a later effect may stop the connection.
+                    deliveries.push((client.clone(), delivery));
+                    continue;
+                }
+                (effect, _) => effect,
+            };
             if let Some(report) = self.perform(effect).await {
                 let effects = self.session.handle(report, now_ms(), random_u128());
                 for effect in effects.into_iter().rev() {
@@ -428,6 +444,20 @@ impl Driver {
                 }
             }
         }
+        for (client, delivery) in deliveries {
+            self.start_delivery(client, delivery);
+        }
+    }
+
+    /// Sends a durable delivery in the background; its result comes back as
+    /// `SessionInput::Delivered`.
+    fn start_delivery(&mut self, client: CanonClient, delivery: Delivery) {
+        let op = delivery.op;
+        let done = self.done.clone();
+        self.spawn_background(async move {
+            let result = deliver(client, delivery).await;
+            let _ = done.send((op, result)).await;
+        });
     }
 
     /// Performs one effect; `Some` is a report to hand the session now.
@@ -449,13 +479,7 @@ impl Driver {
             SessionEffect::Canon(Effect::Deliver(delivery)) => {
                 let op = delivery.op;
                 match self.client() {
-                    Ok(client) => {
-                        let done = self.done.clone();
-                        self.spawn_background(async move {
-                            let result = deliver(client, delivery).await;
-                            let _ = done.send((op, result)).await;
-                        });
-                    }
+                    Ok(client) => self.start_delivery(client, delivery),
                     Err(error) => {
                         return Some(SessionInput::Delivered {
                             op,
