@@ -501,29 +501,23 @@ impl Bench {
             .collect();
         let answers_us = all_calls.iter().filter_map(|c| c.took_us).collect();
         let calls: Vec<&ProbeCall> = all_calls.iter().filter(|c| c.at_us >= origin).collect();
-        let content = |c: &&&ProbeCall| c.call == "send" || c.call == "edit_message";
-        let hook = calls
-            .iter()
-            .filter(|c| c.call == "on_processing_complete")
-            .map(|c| c.at_us)
+        let content = |c: &ProbeCall| c.call == "send" || c.call == "edit_message";
+        // The moments of the calls `pick` keeps, from the answering request on.
+        let moments = |pick: &dyn Fn(&ProbeCall) -> bool| {
+            calls
+                .iter()
+                .filter(|c| pick(c))
+                .map(|c| c.at_us)
+                .collect::<Vec<u64>>()
+        };
+        let hook = moments(&|c| c.call == "on_processing_complete")
+            .into_iter()
             .max()
             .and_then(since);
-        let last_edit = calls
-            .iter()
-            .filter(content)
-            .map(|c| c.at_us)
-            .max()
-            .and_then(since);
-        let first_call = calls
-            .iter()
-            .filter(content)
-            .map(|c| c.at_us)
-            .min()
-            .and_then(since);
-        let first_delta = calls
-            .iter()
-            .filter(|c| c.call == "first_delta")
-            .map(|c| c.at_us)
+        let last_edit = moments(&content).into_iter().max().and_then(since);
+        let first_call = moments(&content).into_iter().min().and_then(since);
+        let first_delta = moments(&|c| c.call == "first_delta")
+            .into_iter()
             .min()
             .and_then(since);
         // turn_complete messages (a message in parts carries it on its last part only).

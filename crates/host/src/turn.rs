@@ -700,28 +700,25 @@ impl TurnMachine {
             .filter(|id| canon_chunking::ids::is_turn_id(id))
             .unwrap_or_else(|| turn_id_from_random(start.random));
         let request = start.request;
+        // Its disposition acknowledgements and read mark (steps a–b of processing start,
+        // turns.md §7.3 E1) go out now, when Hermes took the message, as turns.md §10.3 has
+        // it, and not at a later boundary: there they would be two more Canon round trips
+        // ahead of the follow-up's first live text. The other steps of processing start (c–f)
+        // open the turn, now or at the boundary.
+        acknowledge(&start, out);
         match self
             .sessions
             .get_mut(&start.session_key)
             .filter(|t| t.lifecycle)
         {
             Some(running) => {
-                // Its disposition acknowledgements and read mark (steps a–b of processing
-                // start, turns.md §7.3 E1) go out now, when Hermes took the message, as
-                // turns.md §10.3 has it, and not at the boundary: there they would be two
-                // more Canon round trips ahead of the follow-up's first live text. The other
-                // steps of processing start (c–f) wait for the boundary.
-                acknowledge(&start, out);
                 running.follow_up = Some(Box::new(FollowUp {
                     start,
                     turn_id: id.clone(),
                     interrupted,
                 }));
             }
-            None => {
-                acknowledge(&start, out);
-                self.open(start, id.clone(), now, out);
-            }
+            None => self.open(start, id.clone(), now, out),
         }
         out.push(reply(request, HostReply::TurnStarted { turn_id: id }));
     }
