@@ -35,7 +35,7 @@ mod tests {
     const OTHERS: [(&str, &[&str]); 8] = [
         ("canon-approvals", &[]),
         // The coms Hermes bridge is its own product: it talks to no Canon crate.
-        ("coms-bridge", &[]),
+        ("coms-hermes-bridge", &[]),
         ("canon-profiles", &["canon-wire"]),
         ("canon-transport", &["canon-wire"]),
         (

@@ -12,8 +12,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
-use coms_bridge::control::{self, Context, ProcessRunner, SkillTree};
-use coms_bridge::daemon::{self, Config, Environment, RawFlags, PROGRAM};
+use coms_hermes_bridge::control::{self, Context, ProcessRunner, SkillTree};
+use coms_hermes_bridge::daemon::{self, Config, Environment, RawFlags, PROGRAM};
 
 /// The coms Hermes bridge: a user-remote coms peer that asks a human on Telegram
 #[derive(Debug, Parser)]
@@ -107,8 +107,13 @@ fn main() -> ExitCode {
             return fail(&format!("{message} (see {PROGRAM} --help)"));
         }
     };
+    // Colour only on a terminal: a log redirected to a file or a pipe gets no escape codes
+    // (tracing-subscriber itself only checks NO_COLOR).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -186,7 +191,7 @@ fn controller(args: &ControlArgs) -> ExitCode {
         pi_coms_project: env_string("PI_COMS_PROJECT"),
         cwd,
         now_ms,
-        nonce: coms_bridge::wire::ids::new_ulid().to_lowercase(),
+        nonce: coms_hermes_bridge::wire::ids::new_ulid().to_lowercase(),
         skill: SkillTree::packaged(),
     };
     match control::run(&request, &mut ctx) {

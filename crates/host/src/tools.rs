@@ -133,7 +133,7 @@ pub fn schema_error(args: &Value) -> Option<String> {
         return Some("the canon_runtime_control schema did not load".to_owned());
     };
     let error = validator.iter_errors(args).next()?;
-    let path = error.instance_path.to_string();
+    let path = error.instance_path().to_string();
     let place = path.trim_start_matches('/');
     Some(if place.is_empty() {
         error.to_string()

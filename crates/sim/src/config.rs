@@ -169,7 +169,7 @@ pub struct SimConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum TlsIdentity {
-    /// The committed test identity of `fixtures/tls/` (embedded at build time; covers
+    /// The committed test identity of `crates/sim/tls/` (embedded at build time; covers
     /// `127.0.0.1` and `localhost`). Clients trust it through `tls::TEST_CA_PEM`.
     TestFixture,
     /// A PEM certificate chain (leaf first) and a PEM private key read from disk at start.

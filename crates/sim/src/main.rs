@@ -11,8 +11,8 @@
 //! `--print-env` prints `KEY=value` lines on stdout once the server listens (this module's job
 //! is printing, so it may use stdout). Logs go to nowhere: the binary installs no subscriber.
 //!
-//! `--tls` serves REST and SSE over TLS with the committed test identity of `fixtures/tls/`
-//! (clients must trust `fixtures/tls/ca.pem`); `--tls-cert`/`--tls-key` use another PEM pair.
+//! `--tls` serves REST and SSE over TLS with the committed test identity of `crates/sim/tls/`
+//! (clients must trust `crates/sim/tls/ca.pem`); `--tls-cert`/`--tls-key` use another PEM pair.
 //! Either way the URLs printed (and `--agents-json`) start with `https://`
 //! (canon-wire.md §11.1 S3).
 

@@ -1,6 +1,6 @@
 //! Optional TLS for the simulator (canon-wire.md §11.1 S3): builds the rustls server
 //! configuration (ring provider) from a [`TlsIdentity`] and exposes the committed test CA of
-//! `fixtures/tls/` (test-only keys, see its README) so tests can trust it.
+//! `tls/` beside this crate's manifest (test-only keys, see its README) so tests can trust it.
 //!
 //! The listener stays on loopback; TLS only wraps each accepted connection. A handshake that does
 //! not finish within [`HANDSHAKE_TIMEOUT`] is dropped, so a stalled client holds no task.
@@ -17,13 +17,13 @@ use crate::error::SimError;
 
 /// The test CA (PEM) that signed [`TEST_SERVER_CERT_PEM`]. Test-only: trust it in tests, never
 /// in a product configuration.
-pub const TEST_CA_PEM: &[u8] = include_bytes!("../../../fixtures/tls/ca.pem");
+pub const TEST_CA_PEM: &[u8] = include_bytes!("../tls/ca.pem");
 
 /// The committed test server certificate (PEM; `DNS:localhost`, `IP:127.0.0.1`).
-pub const TEST_SERVER_CERT_PEM: &[u8] = include_bytes!("../../../fixtures/tls/server.pem");
+pub const TEST_SERVER_CERT_PEM: &[u8] = include_bytes!("../tls/server.pem");
 
 /// The committed test server key (PEM). Public and test-only.
-pub const TEST_SERVER_KEY_PEM: &[u8] = include_bytes!("../../../fixtures/tls/server.key");
+pub const TEST_SERVER_KEY_PEM: &[u8] = include_bytes!("../tls/server.key");
 
 /// How long a client may take to finish the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

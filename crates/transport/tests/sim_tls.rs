@@ -1,5 +1,5 @@
 //! The client against the local Canon over TLS (canon-wire.md §11.1 S3): `canon-sim` serves
-//! HTTPS with the committed test identity, and `CanonClient` trusts `fixtures/tls/ca.pem` only
+//! HTTPS with the committed test identity, and `CanonClient` trusts `crates/sim/tls/ca.pem` only
 //! through the test-only `trust_test_ca_pem` (the `testing` feature).
 
 use canon_sim::{Sim, SimConfig, TlsIdentity};
@@ -7,10 +7,7 @@ use canon_transport::client::{CanonClient, ClientConfig, DurableRequest};
 use canon_wire::types::SendMessage;
 use canon_wire::ApiKey;
 
-const CA: &[u8] = include_bytes!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../fixtures/tls/ca.pem"
-));
+const CA: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../sim/tls/ca.pem"));
 
 #[tokio::test]
 async fn health_and_send_work_against_the_tls_sim() {

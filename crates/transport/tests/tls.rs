@@ -1,5 +1,5 @@
 //! The TLS path (hyper-rustls + rustls) against a loopback TLS server that
-//! uses the committed test CA under the workspace's `fixtures/tls/` (test-only keys).
+//! uses the committed test CA in `crates/sim/tls/` (test-only keys).
 
 use std::sync::Arc;
 
@@ -13,17 +13,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 
-const CA: &[u8] = include_bytes!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../fixtures/tls/ca.pem"
-));
+const CA: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../sim/tls/ca.pem"));
 const SERVER_CERT: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../fixtures/tls/server.pem"
+    "/../sim/tls/server.pem"
 ));
 const SERVER_KEY: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../fixtures/tls/server.key"
+    "/../sim/tls/server.key"
 ));
 
 /// Starts an HTTPS server on 127.0.0.1:0 answering `{"agentId":"tls-agent"}`.

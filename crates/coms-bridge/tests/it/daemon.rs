@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::support::{wait_for, Bridge, Peer, Sandbox, PROJECT};
-use coms_bridge::wire::envelope::cancel_envelope;
-use coms_bridge::wire::ids::new_ulid;
+use coms_hermes_bridge::wire::envelope::cancel_envelope;
+use coms_hermes_bridge::wire::ids::new_ulid;
 
 const AWAIT: Duration = Duration::from_secs(5);
 
@@ -89,6 +89,19 @@ async fn d2_the_target_and_project_reach_hermes() {
     assert!(sandbox.stderr().contains(
         "coms-hermes-bridge: user-remote@hermes-bridge-test listening (telegram:123456789:1735)"
     ));
+}
+
+#[tokio::test]
+async fn logs_redirected_to_a_file_carry_no_colour_codes() {
+    let sandbox = Sandbox::new();
+    // RUST_LOG=info lets the "bridge ready" event through; stderr is a file, not a terminal.
+    let (_bridge, _peer) = started(&sandbox, &[], &[("RUST_LOG", "info")]).await;
+    let stderr = wait_for("the ready event on stderr", || {
+        let text = sandbox.stderr();
+        text.contains("bridge ready").then_some(text)
+    })
+    .await;
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
 
 #[tokio::test]
@@ -381,7 +394,7 @@ async fn the_registry_entry_satisfies_every_reader() {
             "heartbeat_at"
         ]
     );
-    assert!(coms_bridge::wire::ids::is_ulid(
+    assert!(coms_hermes_bridge::wire::ids::is_ulid(
         entry["session_id"].as_str().expect("session")
     ));
     assert_eq!(entry["name"], "user-remote");
@@ -612,6 +625,7 @@ async fn a_socket_path_that_does_not_fit_fails_at_startup() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1);
-    let entry = coms_bridge::wire::registry::Coms::new(&long).entry_path(PROJECT, "user-remote");
+    let entry =
+        coms_hermes_bridge::wire::registry::Coms::new(&long).entry_path(PROJECT, "user-remote");
     assert!(!entry.exists());
 }

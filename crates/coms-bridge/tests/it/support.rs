@@ -13,11 +13,11 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::UnixListener;
 
-use coms_bridge::wire::envelope::{prompt_envelope, Identity};
-use coms_bridge::wire::ids::new_ulid;
-use coms_bridge::wire::iso;
-use coms_bridge::wire::registry::Coms;
-use coms_bridge::wire::socket::{exchange, Line, LineReader};
+use coms_hermes_bridge::wire::envelope::{prompt_envelope, Identity};
+use coms_hermes_bridge::wire::ids::new_ulid;
+use coms_hermes_bridge::wire::iso;
+use coms_hermes_bridge::wire::registry::Coms;
+use coms_hermes_bridge::wire::socket::{exchange, Line, LineReader};
 
 pub(crate) const PROJECT: &str = "hermes-bridge-test";
 pub(crate) const WAIT: Duration = Duration::from_secs(10);

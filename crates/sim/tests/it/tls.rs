@@ -1,5 +1,5 @@
 //! The optional TLS mode (canon-wire.md §11.1 S3): REST and SSE over rustls with the committed
-//! test CA of `fixtures/tls/`; a client that trusts the CA gets answers, one that does not fails
+//! test CA of `crates/sim/tls/`; a client that trusts the CA gets answers, one that does not fails
 //! the handshake. The client is tokio-rustls over raw TCP, so the tests see the real bytes.
 
 use std::process::{Command, Stdio};
@@ -17,10 +17,7 @@ use tokio_rustls::TlsConnector;
 
 use super::support::{sim_with, WAIT};
 
-const CA: &[u8] = include_bytes!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../fixtures/tls/ca.pem"
-));
+const CA: &[u8] = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tls/ca.pem"));
 
 async fn tls_sim() -> SimHandle {
     sim_with(|c| c.tls = Some(TlsIdentity::TestFixture)).await
@@ -164,7 +161,7 @@ async fn sse_streams_over_tls() {
 
 #[tokio::test]
 async fn the_committed_files_load_through_tls_cert_and_key_paths() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/tls");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tls");
     let sim = sim_with(|c| {
         c.tls = Some(TlsIdentity::Files {
             cert: format!("{dir}/server.pem").into(),
