@@ -1,5 +1,8 @@
 //! canon-adapter: the tokio shell of `canon-hermes serve --stdio`.
 //!
+//! Internal to canon-hermes, with no stability promise yet: it is published so that
+//! `cargo install canon-hermes` builds from crates.io, and its API may change in any release.
+//!
 //! [`run`] reads the shim's JSON-lines frames on stdin and writes on
 //! stdout, keeps a `canon_host::session::Session` (the daemon's pure state
 //! and decisions) with its turn machine, talks to Canon through
@@ -38,6 +41,10 @@
 //! * Depends on `canon-host`, `canon-wire`, `canon-chunking`,
 //!   `canon-dispatch`, `canon-transport` and `canon-approvals` among our
 //!   crates (ARCHITECTURE.md); never on the cli, the simulator or xtask.
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 mod canon;
 mod card_waits;

@@ -54,6 +54,10 @@
 //! assert_eq!(result.to_json()["decision"], "allow");
 //! ```
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod card_waits;
 mod durable;
 pub mod error;

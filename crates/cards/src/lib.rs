@@ -1,5 +1,5 @@
 //! `canon-cards`: the canon.card.v1 ("rich card") validator, with verdicts and error strings
-//! identical to Canon's TypeScript validator (`../shared/spec/cards.md`).
+//! identical to Canon's TypeScript validator (`docs/spec/cards.md`).
 //!
 //! The entry points are [`validate_card`] for an already-parsed [`serde_json::Value`] and
 //! [`validate_card_text`] for raw JSON text. Both return a [`Validation`], which serializes to
@@ -36,6 +36,10 @@
 //! });
 //! assert!(canon_cards::validate_card(&card).ok);
 //! ```
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 pub mod js;
 mod validate;

@@ -55,6 +55,10 @@
 //! );
 //! ```
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod ids;
 pub mod limits;
 pub mod metadata;

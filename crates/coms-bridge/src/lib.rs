@@ -21,6 +21,10 @@
 //! enables a toolset or sends a test message. Unix only. Errors are `thiserror` types; only the
 //! binary (`src/main.rs`) uses `anyhow` and installs the `tracing` subscriber.
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 #[cfg(not(unix))]
 compile_error!("coms-bridge is Unix-only (coms-bridge.md §2.1): coms endpoints are Unix sockets");
 

@@ -64,6 +64,10 @@
 //! );
 //! ```
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod buffer;
 pub mod gate;
 pub mod intent;

@@ -1,8 +1,11 @@
 //! canon-host: the pure core of the `canon-hermes serve --stdio` daemon,
 //! the part that decides (the tokio shell in `canon-adapter` performs).
 //!
+//! Internal to canon-hermes, with no stability promise yet: it is published so that
+//! `cargo install canon-hermes` builds from crates.io, and its API may change in any release.
+//!
 //! * [`protocol`]: the serde types of the shim ⇄ daemon JSON-lines protocol
-//!   (hermes-host.md §19 in `../shared/spec/`), documented beside the types,
+//!   (`docs/spec/hermes-host.md` §19), documented beside the types,
 //!   with golden lines in `fixtures/stdio/`. A leaf: it knows nothing of the
 //!   turn machine.
 //! * [`turn`]: the sans-I/O turn state machine (turns.md §7): host events and
@@ -40,6 +43,10 @@
 //!   appear in `Debug` output or logs.
 //! * Depends on `canon-wire`, `canon-chunking`, `canon-dispatch` and
 //!   `canon-cards` among our crates (ARCHITECTURE.md).
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 pub mod answers;
 pub mod api;

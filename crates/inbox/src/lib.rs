@@ -23,6 +23,10 @@
 //! crate or other workspace crate, and never logs. The file (lock, append, `fdatasync`, atomic
 //! compaction) is the caller's: canon-adapter's `inbox.rs` is one.
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod format;
 pub mod tracker;
 

@@ -33,6 +33,10 @@
 //! there is no network, no clock and no randomness (random numbers are parameters). Must not
 //! depend on tokio, hyper or any workspace crate but `canon-wire`.
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod credentials;
 pub mod env;
 pub mod environment;

@@ -2,6 +2,9 @@
 //! OpenAI-compatible model server (hermes-host.md §20.2 item 6), so transport, adapter, CLI and
 //! end-to-end tests run offline and deterministically.
 //!
+//! Internal to canon-hermes, with no stability promise yet: it is published so that
+//! `cargo install canon-hermes` builds from crates.io, and its API may change in any release.
+//!
 //! # Main types
 //!
 //! * [`Sim::start`] binds `127.0.0.1:<port>` (0 = any) and returns a [`SimHandle`]: URLs, the
@@ -42,6 +45,10 @@
 //! canon-dispatch and canon-cards only among our crates (never transport, adapter or cli);
 //! tokio, hyper, hyper-util, http-body-util and bytes for serving; rustls (ring provider, no
 //! default features) and tokio-rustls for the optional TLS mode.
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 pub mod api;
 pub mod body;

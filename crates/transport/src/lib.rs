@@ -26,6 +26,10 @@
 //! rustls with the platform's native roots; the `testing` feature adds
 //! `ClientConfig::trust_test_ca_pem` for the simulator's test CA.
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod client;
 pub mod error;
 pub mod http;

@@ -1,5 +1,5 @@
 //! canon-wire: the one vocabulary of Canon's agent API, with no I/O
-//! (canon-wire.md §2–§5, §9 in `../shared/spec/`).
+//! (`docs/spec/canon-wire.md` §2–§5, §9).
 //!
 //! * [`types`]: the request and response shapes of the REST operations
 //!   (request types serialize to the exact wire bodies; response types are
@@ -19,6 +19,10 @@
 //! `xtask tidy` checks); never panics on anything the network sends; secrets
 //! never appear in `Debug` output. `canon-transport` performs the I/O over
 //! these types; the daemon core decides with them.
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 pub mod authority;
 pub mod endpoint;
