@@ -6,7 +6,8 @@
 //! Where the facts come from: the profile and the Hermes Python as `install` finds them
 //! (`hermes`, cli.md §2); the host, the config and the hooks from the read-only `host.probe`
 //! helper run in that Python (Hermes' own config readers; it writes nothing); the shim from its
-//! installed files, hashed as the shim hashes itself (`shim::package_sha256`); the `hermes`
+//! installed files, hashed as the shim hashes itself (`shim::package_sha256`), and the binary's
+//! copy install made beside them, compared with the binary running doctor; the `hermes`
 //! launcher from `PATH`; the credentials through `credentials::resolve`, the very call
 //! `serve --stdio` makes, with the inputs it gives it (the process environment over
 //! `<HERMES_HOME>/.env`, `CANON_HOME`, no platform config), so doctor and the daemon never
@@ -35,8 +36,9 @@ pub(crate) struct DoctorArgs {
     /// The Hermes profile to check (default: the active profile, as `hermes` picks it)
     #[arg(long, value_name = "NAME")]
     profile: Option<String>,
-    /// The Python of the Hermes environment (default: $HERMES_PYTHON, the `hermes` launcher's
-    /// interpreter, ~/.hermes/hermes-agent/venv/bin/python)
+    /// The Python of the Hermes environment (default: $HERMES_PYTHON, the `python` beside this
+    /// binary when it sits in a venv's bin/, the `hermes` launcher's interpreter,
+    /// ~/.hermes/hermes-agent/venv/bin/python)
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
     /// Also check that the Canon API and stream belong to the configured environment
@@ -387,14 +389,44 @@ fn entry_point(home: &Path, conflict: Option<&str>) -> (String, bool) {
             )
         }
     }
-    let binary = manifest["binary"].as_str().unwrap_or_default();
-    if !is_executable(Path::new(binary)) {
+    // Install's copy, recorded relative to the plugin directory (an absolute path as it is),
+    // resolved as the shim resolves it.
+    let binary = dir.join(manifest["binary"].as_str().unwrap_or_default());
+    if !is_executable(&binary) {
         return (
-            format!("no (shim binary {binary} is not an executable file; {install})"),
+            format!(
+                "no (shim binary {} is not an executable file; {install})",
+                binary.display()
+            ),
             false,
         );
     }
-    (format!("yes ({}, shim {version})", dir.display()), true)
+    let ready = format!("yes ({}, shim {version}", dir.display());
+    if differs_from_this_binary(&binary) {
+        // The gateway runs that copy, which matches its shim: ready, with an upgrade to offer.
+        return (
+            format!(
+                "{ready}; installed binary {} differs from this canon-hermes {}; run canon-hermes \
+                 install to upgrade)",
+                binary.display(),
+                shim::VERSION
+            ),
+            true,
+        );
+    }
+    (format!("{ready})"), true)
+}
+
+/// Whether the installed copy of the binary holds other bytes than the binary running doctor
+/// (sizes first, then the bytes); an unreadable file counts as different.
+fn differs_from_this_binary(installed: &Path) -> bool {
+    let open = |path: &Path| std::fs::File::open(path);
+    match (open(&crate::install::running_binary()), open(installed)) {
+        (Ok(mut this), Ok(mut other)) => {
+            !crate::install::same_contents(&mut this, &mut other).unwrap_or(false)
+        }
+        _ => true,
+    }
 }
 
 /// The hash the installed shim sends as `hello.manifest_sha256` (its `.py` files in byte order

@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 use anyhow::{anyhow, Context as _};
 use serde_json::{json, Value};
 
+pub(crate) mod config_edit;
+
 /// The helper program (cli.md §2.3), run as `<python> -I -c <program>`.
 const HELPER_PROGRAM: &str = include_str!("hermes/helper.py");
 
@@ -37,6 +39,8 @@ pub(crate) struct HostEnv {
     pub(crate) hermes_python: Option<PathBuf>,
     /// `PATH`, searched for the `hermes` launcher.
     pub(crate) path: Option<OsString>,
+    /// The directory of this binary: a venv's `bin/` when it was installed into one.
+    pub(crate) exe_dir: Option<PathBuf>,
 }
 
 impl HostEnv {
@@ -55,6 +59,9 @@ impl HostEnv {
             s6_child: var("HERMES_S6_SUPERVISED_CHILD").is_some(),
             hermes_python: var("HERMES_PYTHON").map(trimmed),
             path: std::env::var_os("PATH"),
+            exe_dir: std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(Path::to_path_buf)),
         }
     }
 
@@ -235,9 +242,11 @@ fn resolve(path: &Path) -> PathBuf {
     }
 }
 
-/// The Hermes Python (cli.md §2.2): `--python`, `HERMES_PYTHON`, the interpreter of the `hermes`
-/// launcher on `PATH`, `~/.hermes/hermes-agent/venv/bin/python`. An interpreter named explicitly
-/// (flag or variable) must be executable; the discovered ones are skipped when they are not.
+/// The Hermes Python (cli.md §2.2): `--python`, `HERMES_PYTHON`, the `python` beside this binary
+/// when it sits in a venv's `bin/` (the directory above holds `pyvenv.cfg`: the binary was
+/// installed into the Hermes venv), the interpreter of the `hermes` launcher on `PATH`,
+/// `~/.hermes/hermes-agent/venv/bin/python`. An interpreter named explicitly (flag or variable)
+/// must be executable; the discovered ones are skipped when they are not.
 pub(crate) fn locate_python(flag: Option<&Path>, env: &HostEnv) -> anyhow::Result<PathBuf> {
     if let Some(explicit) = flag.or(env.hermes_python.as_deref()) {
         return if is_executable(explicit) {
@@ -249,6 +258,14 @@ pub(crate) fn locate_python(flag: Option<&Path>, env: &HostEnv) -> anyhow::Resul
             ))
         };
     }
+    let venv = env
+        .exe_dir
+        .as_ref()
+        .filter(|dir| {
+            dir.parent()
+                .is_some_and(|venv| venv.join("pyvenv.cfg").is_file())
+        })
+        .map(|dir| dir.join("python"));
     let launcher = env
         .path
         .as_ref()
@@ -258,8 +275,8 @@ pub(crate) fn locate_python(flag: Option<&Path>, env: &HostEnv) -> anyhow::Resul
         .home
         .as_ref()
         .map(|home| home.join(".hermes/hermes-agent/venv/bin/python"));
-    launcher
-        .into_iter()
+    venv.into_iter()
+        .chain(launcher)
         .chain(installer)
         .find(|candidate| is_executable(candidate))
         .ok_or_else(|| anyhow!(NO_PYTHON))

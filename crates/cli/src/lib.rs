@@ -9,6 +9,10 @@
 //!   Canon platform there (cli.md §3); with `--setup`, go on into `setup` in the same profile.
 //!   [`hermes`] finds the profile and the Hermes Python and runs Hermes' own config helpers in
 //!   it; [`shim`] holds the embedded shim package.
+//! - `uninstall [--profile NAME] [--python PATH] [--purge-credentials] [--yes]` ([`uninstall`]):
+//!   disable the plugin and the Canon platform through the same config path as `install` and
+//!   remove the shim directory (cli.md §3.5); the Canon credentials stay unless
+//!   `--purge-credentials` is confirmed (on a terminal, or with `--yes`).
 //! - `setup [--agent-id ID] [--profile NAME] [--python PATH] [answers…]` ([`setup`]): register or
 //!   reconnect a Canon agent through the owner's approval, or bind an existing `agents.json`
 //!   profile or a raw API key, with the prompts and texts of cli.md §4; flags answer prompts for
@@ -47,6 +51,7 @@ mod send;
 mod serve;
 mod setup;
 mod shim;
+mod uninstall;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -88,6 +93,8 @@ struct Cli {
 enum Command {
     /// Enable the Canon Hermes plugin
     Install(install::InstallArgs),
+    /// Disable the Canon Hermes plugin and remove its files
+    Uninstall(uninstall::UninstallArgs),
     /// Register or reconnect a Canon agent profile
     Setup(Box<setup::SetupArgs>),
     /// Check Canon Hermes plugin setup
@@ -131,7 +138,10 @@ enum CardCommand {
 pub fn run() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let name = program_name(args.first());
-    let matches = match Cli::command().bin_name(&name).try_get_matches_from(&args) {
+    // Usage and `--version` name the binary that runs: the compatibility alias says
+    // `canon-hermes-plugin` (cli.md §1).
+    let command = Cli::command().bin_name(&name).display_name(&name);
+    let matches = match command.try_get_matches_from(&args) {
         Ok(matches) => matches,
         Err(error) => return clap_exit(&error),
     };
@@ -141,6 +151,7 @@ pub fn run() -> ExitCode {
     };
     let code = match cli.command {
         Command::Install(args) => install::install_command(&args),
+        Command::Uninstall(args) => uninstall::uninstall_command(&args),
         Command::Setup(args) => setup::setup_command(&args),
         Command::Doctor(args) => doctor::doctor_command(&args),
         Command::Card {
@@ -197,5 +208,22 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_is_wrapped_to_the_width_it_is_given() {
+        // clap's `wrap_help` takes the terminal's width; an 80-column terminal is the usual narrow one.
+        let mut command = Cli::command().term_width(80);
+        command.build();
+        let mut commands = vec![command.clone()];
+        commands.extend(command.get_subcommands().cloned());
+        for mut command in commands {
+            let name = command.get_name().to_owned();
+            for help in [command.render_help(), command.render_long_help()] {
+                let text = help.to_string();
+                let widest = text.lines().map(|line| line.chars().count()).max();
+                assert!(widest.is_some_and(|w| w <= 80), "{name}:\n{text}");
+            }
+        }
     }
 }

@@ -104,8 +104,9 @@ pub(crate) struct SetupArgs {
     /// The Hermes profile to configure (default: the active profile, as `hermes` picks it)
     #[arg(long, value_name = "NAME")]
     profile: Option<String>,
-    /// The Python of the Hermes environment (default: $HERMES_PYTHON, the `hermes` launcher's
-    /// interpreter, ~/.hermes/hermes-agent/venv/bin/python)
+    /// The Python of the Hermes environment (default: $HERMES_PYTHON, the `python` beside this
+    /// binary when it sits in a venv's bin/, the `hermes` launcher's interpreter,
+    /// ~/.hermes/hermes-agent/venv/bin/python)
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
 

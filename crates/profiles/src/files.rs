@@ -287,6 +287,12 @@ impl AgentProfiles {
         self.entries.insert(name.to_owned(), Value::Object(entry));
     }
 
+    /// Removes the entry `name` (`uninstall --purge-credentials`, cli.md §3.5); whether it was
+    /// there. Every other entry is kept as it was.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.entries.shift_remove(name).is_some()
+    }
+
     /// The whole file as JSON.
     pub fn to_value(&self) -> Value {
         Value::Object(self.entries.clone())

@@ -152,6 +152,42 @@ fn python_comes_from_the_flag_the_variable_the_launcher_or_the_installer_layout(
         .starts_with(NO_PYTHON));
 }
 
+#[test]
+fn python_comes_from_the_venv_this_binary_sits_in() {
+    let (dir, mut env) = scratch();
+    let root = dir.path();
+    let venv = root.join("venv");
+    let python = venv.join("bin/python");
+    executable(&python, "");
+    executable(&root.join("bin/python3"), "");
+    executable(&root.join("bin/hermes"), "#!/usr/bin/env python3\n");
+    env.path = Some(root.join("bin").into_os_string());
+    env.exe_dir = Some(venv.join("bin"));
+    // A bin/ with a python but no pyvenv.cfg above it is no venv: the launcher decides.
+    assert_eq!(
+        locate_python(None, &env).expect("launcher"),
+        root.join("bin/python3")
+    );
+    fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").expect("pyvenv.cfg");
+    assert_eq!(locate_python(None, &env).expect("the venv's"), python);
+    // --python and $HERMES_PYTHON still come first.
+    let other = root.join("other/python");
+    executable(&other, "");
+    env.hermes_python = Some(other.clone());
+    assert_eq!(locate_python(None, &env).expect("variable"), other);
+    env.hermes_python = None;
+    assert_eq!(
+        locate_python(Some(&root.join("bin/python3")), &env).expect("flag"),
+        root.join("bin/python3")
+    );
+    // A venv without a python beside the binary: skipped.
+    fs::remove_file(&python).expect("remove");
+    assert_eq!(
+        locate_python(None, &env).expect("launcher"),
+        root.join("bin/python3")
+    );
+}
+
 /// The real venv's Python; fails (never skips) when the venv is missing.
 fn venv_python() -> PathBuf {
     let venv = std::env::var_os("HERMES_VENV").map_or_else(
@@ -198,6 +234,146 @@ fn env_helpers_read_and_write_through_hermes() {
         fs::read_to_string(home.join(".env")).expect("env"),
         "# mine\nCANON_AGENT=\"new one\"\nCANON_HOME_CHANNEL=c1\n"
     );
+}
+
+/// A `config.write` request for `change` on the text in `home`, made by the editor.
+fn config_write(helpers: &Helpers, home: &Path, change: &str) -> Value {
+    let text = fs::read_to_string(home.join("config.yaml")).expect("config");
+    let edit = match change {
+        "install" => config_edit::install(&text, "canon-hermes", "canon"),
+        _ => config_edit::uninstall(&text, "canon-hermes", "canon"),
+    }
+    .expect("the editor reads it");
+    helpers
+        .call(
+            "config.write",
+            json!({"change": change, "plugin_key": "canon-hermes", "platform_key": "canon",
+                   "old_text": text, "new_text": edit.text}),
+        )
+        .expect("config.write")
+}
+
+#[test]
+fn config_write_writes_the_editor_s_text_once_checked_and_keeps_the_original_once() {
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let home = dir.path().join("hermes");
+    fs::create_dir_all(&home).expect("home");
+    let original = "# mine\nmodel:\n    default: x   # pinned\n\nplugins:\n    enabled: [b, a]\n";
+    let config = home.join("config.yaml");
+    fs::write(&config, original).expect("config");
+    fs::set_permissions(&config, fs::Permissions::from_mode(0o640)).expect("chmod");
+    let helpers = Helpers::new(venv_python(), home.clone());
+
+    let answer = config_write(&helpers, &home, "install");
+    let backup = home.join("config.yaml.before-canon-hermes");
+    assert_eq!(
+        answer,
+        json!({"plugin_changed": true, "platform_changed": true, "saved": true, "method": "text",
+               "backup": backup.to_str(), "backup_created": true})
+    );
+    let installed = "# mine\nmodel:\n    default: x   # pinned\n\nplugins:\n    enabled: [b, a, \
+                     canon-hermes]\nplatforms:\n    canon:\n        enabled: true\n";
+    assert_eq!(fs::read_to_string(&config).expect("config"), installed);
+    let mode = |path: &Path| fs::metadata(path).expect("mode").permissions().mode() & 0o777;
+    assert_eq!(mode(&config), 0o640, "the config keeps its mode");
+    assert_eq!(fs::read_to_string(&backup).expect("backup"), original);
+    assert_eq!(mode(&backup), 0o600);
+
+    // Nothing to do: nothing written.
+    let answer = config_write(&helpers, &home, "install");
+    assert_eq!(answer["saved"], false);
+    assert_eq!(answer["plugin_changed"], false);
+
+    // Uninstall gives the bytes back; the first backup stays as it was.
+    let answer = config_write(&helpers, &home, "uninstall");
+    assert_eq!(answer["backup_created"], false);
+    assert_eq!(fs::read_to_string(&config).expect("config"), original);
+    assert_eq!(fs::read_to_string(&backup).expect("backup"), original);
+
+    // A text that is not the intended change is never written: the round trip is.
+    let wrong =
+        "plugins:\n    enabled: [canon-hermes]\nplatforms:\n    canon:\n        enabled: true\n";
+    let answer = helpers
+        .call(
+            "config.write",
+            json!({"change": "install", "plugin_key": "canon-hermes", "platform_key": "canon",
+                   "old_text": original, "new_text": wrong}),
+        )
+        .expect("config.write");
+    assert_eq!(answer["method"], "ruamel");
+    let written = fs::read_to_string(&config).expect("config");
+    assert!(
+        written.contains("# pinned") && written.contains("model:"),
+        "{written}"
+    );
+
+    // A file changed since the editor read it is refused.
+    let error = helpers
+        .call(
+            "config.write",
+            json!({"change": "uninstall", "plugin_key": "canon-hermes", "platform_key": "canon",
+                   "old_text": original, "new_text": original}),
+        )
+        .expect_err("changed meanwhile");
+    assert!(
+        error
+            .to_string()
+            .ends_with("changed while canon-hermes was editing it; run the command again"),
+        "{error}"
+    );
+}
+
+#[test]
+fn generated_configs_parse_to_exactly_the_intended_change() {
+    // The editor's texts for the generated configs, parsed with Hermes' own loader and compared
+    // with the helper's rules applied to the parsed original.
+    let samples = config_edit::tests::sample_configs(0x0def_aced, 400);
+    let cases: Vec<Value> = samples
+        .iter()
+        .map(|sample| {
+            let installed = config_edit::install(&sample.text, "canon-hermes", "canon")
+                .expect("install")
+                .text;
+            let uninstalled = config_edit::uninstall(&installed, "canon-hermes", "canon")
+                .expect("uninstall")
+                .text;
+            json!({"old": sample.text, "installed": installed, "uninstalled": uninstalled})
+        })
+        .collect();
+    let program = "import copy, json, sys\n\
+        request = json.load(sys.stdin)\n\
+        ns = {'__name__': 'helper'}\n\
+        exec(request['helper'], ns)\n\
+        load = lambda text: ns['as_mapping'](ns['yaml_load'](text), 'config.yaml')\n\
+        bad = []\n\
+        for case in request['cases']:\n\
+        \x20   want = copy.deepcopy(load(case['old']))\n\
+        \x20   ns['apply_install'](want, 'canon-hermes', 'canon')\n\
+        \x20   if not ns['same'](load(case['installed']), want):\n\
+        \x20       bad.append(['install', case['old']])\n\
+        \x20   ns['apply_uninstall'](want, 'canon-hermes', 'canon')\n\
+        \x20   if not ns['same'](load(case['uninstalled']), want):\n\
+        \x20       bad.append(['uninstall', case['old']])\n\
+        print(json.dumps({'checked': len(request['cases']), 'bad': bad}))\n";
+    let dir = tempfile::tempdir().expect("scratch dir");
+    let mut child = Command::new(venv_python())
+        .args(["-I", "-c", program])
+        .env("HERMES_HOME", dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let request = json!({"helper": HELPER_PROGRAM, "cases": cases}).to_string();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(request.as_bytes())
+        .expect("request");
+    let out = child.wait_with_output().expect("python ends");
+    assert!(out.status.success());
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(answer, json!({"checked": 400, "bad": []}));
 }
 
 #[test]

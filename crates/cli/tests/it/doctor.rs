@@ -507,6 +507,47 @@ fn a_stale_shim_fails_only_the_entry_point_line() {
 }
 
 #[test]
+fn another_installed_build_is_named_and_a_missing_copy_fails_the_entry_point_line() {
+    // The plugin runs install's copy of the binary; doctor compares it with itself.
+    let s = Scratch::ready();
+    let copy = s.plugin_dir().join("bin/canon-hermes");
+    fs::copy(env!("CARGO_BIN_EXE_canon-hermes-plugin"), &copy).expect("another build");
+    assert_doctor(
+        &s.doctor(&[]),
+        &expected(
+            &s,
+            &[(
+                "Hermes entry point",
+                &format!(
+                    "yes ({}, shim {VERSION}; installed binary {} differs from this canon-hermes \
+                     {VERSION}; run canon-hermes install to upgrade)",
+                    s.plugin_dir().display(),
+                    copy.display()
+                ),
+            )],
+            &[],
+            true,
+        ),
+    );
+    fs::remove_file(&copy).expect("remove the copy");
+    assert_doctor(
+        &s.doctor(&[]),
+        &expected(
+            &s,
+            &[(
+                "Hermes entry point",
+                &format!(
+                    "no (shim binary {} is not an executable file; run canon-hermes install)",
+                    copy.display()
+                ),
+            )],
+            &[],
+            false,
+        ),
+    );
+}
+
+#[test]
 fn a_shadowing_pip_plugin_fails_only_the_entry_point_line() {
     let s = Scratch::ready();
     let python = fake_venv(

@@ -1,10 +1,11 @@
 //! `canon-hermes install` (cli.md §3) into scratch Hermes profiles with the real hermes-agent
-//! 0.19.0 venv: the printed lines, the files and their modes, idempotence byte for byte, what
-//! Hermes' own `save_config` keeps of a hand-written config.yaml, the `.env` rule, and each
-//! refusal with nothing changed. Hosts that are not the audited one are small venvs made from
-//! the venv's Python: one without Hermes, and ones that see the real Hermes through a `.pth`
-//! file with a fake distribution in front of it (another hermes-agent version, or the 0.14.1
-//! `canon-hermes-plugin` entry point).
+//! 0.19.0 venv: the printed lines, the files and their modes, the binary's own copy (the plugin
+//! runs it after the binary it was installed from is gone), idempotence byte for byte, a
+//! hand-written config.yaml kept byte for byte but for the keys install names (and its
+//! fallbacks), the `.env` rule, and each refusal with nothing changed. Hosts that are not the
+//! audited one are small venvs made from the venv's Python: one without Hermes, and ones that
+//! see the real Hermes through a `.pth` file with a fake distribution in front of it (another
+//! hermes-agent version, or the 0.14.1 `canon-hermes-plugin` entry point).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -20,29 +21,29 @@ use super::gateway_support::{fake_venv, hermes_cli, hermes_python, install_shim,
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// A scratch `HOME` with an empty profile home `hermes/` in it.
-struct Scratch {
-    dir: tempfile::TempDir,
-    hermes_home: PathBuf,
+pub(crate) struct Scratch {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) hermes_home: PathBuf,
 }
 
 impl Scratch {
-    fn new() -> Scratch {
+    pub(crate) fn new() -> Scratch {
         let dir = tempfile::tempdir().expect("scratch dir");
         let hermes_home = dir.path().join("hermes");
         fs::create_dir_all(&hermes_home).expect("the profile home");
         Scratch { dir, hermes_home }
     }
 
-    fn plugin_dir(&self) -> PathBuf {
+    pub(crate) fn plugin_dir(&self) -> PathBuf {
         self.hermes_home.join("plugins/canon-hermes")
     }
 
     /// `canon-hermes <args>` with this profile as `HERMES_HOME`.
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.run_bin(env!("CARGO_BIN_EXE_canon-hermes"), args, &[])
     }
 
-    fn run_bin(&self, bin: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    pub(crate) fn run_bin(&self, bin: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         Command::new(bin)
             .args(args)
             .current_dir(self.dir.path())
@@ -61,7 +62,7 @@ impl Scratch {
     }
 
     /// `install --python <the venv's python>`.
-    fn install(&self) -> Output {
+    pub(crate) fn install(&self) -> Output {
         let python = hermes_python();
         self.run(&["install", "--python", python.to_str().expect("utf-8 path")])
     }
@@ -70,8 +71,12 @@ impl Scratch {
         self.run(&["install", "--python", python.to_str().expect("utf-8 path")])
     }
 
+    pub(crate) fn config(&self) -> PathBuf {
+        self.hermes_home.join("config.yaml")
+    }
+
     /// Every file, directory and link under the scratch `HOME`: mode and content hash.
-    fn snapshot(&self) -> BTreeMap<PathBuf, String> {
+    pub(crate) fn snapshot(&self) -> BTreeMap<PathBuf, String> {
         let mut out = BTreeMap::new();
         walk(self.dir.path(), self.dir.path(), &mut out);
         out
@@ -102,19 +107,23 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
     }
 }
 
-fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn lines(out: &Output) -> Vec<String> {
+pub(crate) fn lines(out: &Output) -> Vec<String> {
     stdout(out).lines().map(str::to_owned).collect()
 }
 
-fn profile_line(s: &Scratch) -> String {
+/// The line install prints when the gateway must restart, for the default profile.
+pub(crate) const RESTART: &str =
+    "Restart the Hermes gateway to load the Canon plugin: hermes gateway restart";
+
+pub(crate) fn profile_line(s: &Scratch) -> String {
     format!("Hermes profile: default ({})", s.hermes_home.display())
 }
 
@@ -129,7 +138,7 @@ fn first_lines(s: &Scratch) -> Vec<String> {
         "Enabled Hermes plugin: canon-hermes".into(),
         "Enabled Hermes platform: canon".into(),
         "Set CANON_ALLOW_ALL_USERS=true for Canon-managed first setup.".into(),
-        "Restart the Hermes gateway to load the Canon plugin.".into(),
+        RESTART.into(),
         "Next: canon-hermes setup".into(),
     ]
 }
@@ -147,7 +156,7 @@ fn again_lines(s: &Scratch) -> Vec<String> {
     ]
 }
 
-fn assert_ok(out: &Output) {
+pub(crate) fn assert_ok(out: &Output) {
     assert!(
         out.status.success(),
         "install failed ({}): {}{}",
@@ -158,7 +167,7 @@ fn assert_ok(out: &Output) {
 }
 
 /// Python in the venv with `HERMES_HOME` set; returns stdout.
-fn hermes_python_says(s: &Scratch, code: &str) -> String {
+pub(crate) fn hermes_python_says(s: &Scratch, code: &str) -> String {
     let out = Command::new(hermes_python())
         .args(["-c", code])
         .env("HERMES_HOME", &s.hermes_home)
@@ -215,6 +224,8 @@ fn first_install_writes_the_shim_and_enables_canon() {
             "_constants.py file 644",
             "_daemon.py file 644",
             "_tools.py file 644",
+            "bin dir 755",
+            "bin/canon-hermes file 755",
             "manifest.json file 644",
             "plugin.yaml file 644",
             "skills dir 755",
@@ -247,7 +258,16 @@ fn first_install_writes_the_shim_and_enables_canon() {
     let manifest: Value =
         serde_json::from_slice(&fs::read(dir.join("manifest.json")).expect("manifest"))
             .expect("JSON");
-    assert_eq!(manifest["binary"], env!("CARGO_BIN_EXE_canon-hermes"));
+    // The binary's own copy, named relative to the plugin directory and listed with the files.
+    assert_eq!(manifest["binary"], "bin/canon-hermes");
+    assert!(same_bytes(
+        &dir.join("bin/canon-hermes"),
+        Path::new(env!("CARGO_BIN_EXE_canon-hermes"))
+    ));
+    assert_eq!(
+        manifest["files"].as_array().and_then(|f| f.last()),
+        Some(&Value::from("bin/canon-hermes"))
+    );
     assert_eq!(manifest["binary_version"], VERSION);
     assert_eq!(
         manifest["audited_host"],
@@ -354,10 +374,7 @@ fn a_changed_or_stale_shim_file_is_rewritten_or_removed() {
         "Installed Canon shim: {} (canon-hermes {VERSION})",
         dir.display()
     );
-    expected.insert(
-        6,
-        "Restart the Hermes gateway to load the Canon plugin.".into(),
-    );
+    expected.insert(6, RESTART.into());
     assert_eq!(lines(&out), expected);
     assert_eq!(
         fs::read(dir.join("_busy.py")).expect("rewritten"),
@@ -393,40 +410,193 @@ plugins:
 custom_list: [3, 1, 2]
 ";
 
-#[test]
-fn hand_written_config_keeps_what_hermes_save_config_keeps() {
-    let s = Scratch::new();
-    fs::write(s.hermes_home.join("config.yaml"), HAND_WRITTEN).expect("config");
-    assert_ok(&s.install());
-    let written = fs::read_to_string(s.hermes_home.join("config.yaml")).expect("config");
-    // Hermes rewrites the whole file through PyYAML: the user's comments are gone (it appends its
-    // own commented-out sections), flow lists become block lists, keys Hermes knows come first
-    // in its own order with `_config_version` after them, and the user's other keys follow in
-    // their order. Every value is kept, defaults set on purpose included; plugins.enabled is
-    // sorted with canon-hermes in it.
-    let yaml_part = written.split("\n# ── ").next().expect("the YAML part");
-    assert_eq!(
-        yaml_part,
-        "model:\n  provider: custom\n  default: fake-model\napprovals:\n  mode: smart\n\
-         _config_version: 33\nzeta_custom:\n  keep: me\nplugins:\n  enabled:\n    - aaa-tool\n\
-         \x20   - canon-hermes\n    - zzz-tool\ncustom_list:\n  - 3\n  - 1\n  - 2\n\
-         platforms:\n  canon:\n    enabled: true\n"
-    );
-    assert!(!written.contains("My Hermes settings"));
-    assert!(!written.contains("a trailing comment"));
+/// A config written by hand: comments, blank lines, four-space and odd indentation, flush
+/// sequences, quoting, unrelated keys around the sections install edits, CRLF-free but with no
+/// final line break.
+const CAREFUL: &str = "\
+# Hermes, by hand.
 
-    // A config that already has both entries is not rewritten: comments and layout stay.
+model:
+    provider: custom      # local
+    default: 'fake-model'
+
+plugins:
+    disabled:
+    - old-tool
+    # enabled comes next, one day
+
+platforms:
+    telegram:
+       enabled: false   # odd indentation, kept
+    # canon goes here
+
+custom_list: [3, 1, 2]
+zeta: \"last\"";
+
+/// `text` with `inserted` put right after `after` (a whole line).
+fn with_lines_after(text: &str, after: &str, inserted: &str) -> String {
+    let at = text.find(after).expect("the anchor line") + after.len();
+    format!("{}{inserted}{}", &text[..at], &text[at..])
+}
+
+#[test]
+fn hand_written_config_keeps_every_byte_but_the_keys_install_names() {
+    // Flow lists stay flow lists and get the plugin at their end; every other byte stays.
+    let s = Scratch::new();
+    fs::write(s.config(), HAND_WRITTEN).expect("config");
+    assert_ok(&s.install());
+    assert_eq!(
+        fs::read_to_string(s.config()).expect("config"),
+        HAND_WRITTEN.replace("[zzz-tool, aaa-tool]", "[zzz-tool, aaa-tool, canon-hermes]")
+            + "platforms:\n  canon:\n    enabled: true\n"
+    );
+
+    // A config that already has both entries is not rewritten, and nothing is kept aside.
     let s = Scratch::new();
     let ready = format!("{HAND_WRITTEN}platforms:\n  canon:\n    enabled: true  # on\n")
         .replace("[zzz-tool, aaa-tool]", "[canon-hermes, zzz-tool]");
-    fs::write(s.hermes_home.join("config.yaml"), &ready).expect("config");
+    fs::write(s.config(), &ready).expect("config");
     let out = s.install();
     assert_ok(&out);
     assert_eq!(lines(&out)[2..5], again_lines(&s)[2..5]);
-    assert_eq!(
-        fs::read_to_string(s.hermes_home.join("config.yaml")).expect("config"),
-        ready
+    assert_eq!(fs::read_to_string(s.config()).expect("config"), ready);
+    assert!(!s
+        .hermes_home
+        .join("config.yaml.before-canon-hermes")
+        .exists());
+}
+
+#[test]
+fn install_and_uninstall_change_only_their_keys_keep_one_backup_and_undo_each_other() {
+    let s = Scratch::new();
+    fs::write(s.config(), CAREFUL).expect("config");
+    fs::set_permissions(s.config(), fs::Permissions::from_mode(0o640)).expect("chmod");
+    let backup = s.hermes_home.join("config.yaml.before-canon-hermes");
+    let out = s.install();
+    assert_ok(&out);
+    let mut expected = first_lines(&s);
+    expected.insert(
+        4,
+        format!("Kept the original Hermes config as {}", backup.display()),
     );
+    assert_eq!(lines(&out), expected);
+    // The plugin joins `plugins` in the file's own indentation and sequence style, `canon` joins
+    // `platforms` after its last key; nothing else moves.
+    let installed = with_lines_after(
+        &with_lines_after(
+            CAREFUL,
+            "    - old-tool\n",
+            "    enabled:\n    - canon-hermes\n",
+        ),
+        "       enabled: false   # odd indentation, kept\n",
+        "    canon:\n        enabled: true\n",
+    );
+    assert_eq!(fs::read_to_string(s.config()).expect("config"), installed);
+    let mode = |path: &Path| fs::metadata(path).expect("mode").permissions().mode() & 0o777;
+    assert_eq!(mode(&s.config()), 0o640, "config.yaml keeps its mode");
+    assert_eq!(fs::read_to_string(&backup).expect("backup"), CAREFUL);
+    assert_eq!(mode(&backup), 0o600);
+    let kept: Vec<String> = fs::read_dir(&s.hermes_home)
+        .expect("the profile")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.contains("canon-hermes") || name.ends_with(".tmp"))
+        .collect();
+    assert_eq!(
+        kept,
+        ["config.yaml.before-canon-hermes"],
+        "one backup, no temp file"
+    );
+    // Hermes reads what the plugin needs.
+    let said = hermes_python_says(
+        &s,
+        "from hermes_cli.config import load_config\n\
+         c = load_config()\n\
+         print(c['plugins']['enabled'], c['platforms']['canon']['enabled'], c['zeta'])\n",
+    );
+    assert_eq!(said.trim(), "['canon-hermes'] True last");
+
+    // A second install changes nothing, byte for byte.
+    let before = s.snapshot();
+    let out = s.install();
+    assert_ok(&out);
+    assert_eq!(lines(&out), again_lines(&s));
+    assert_eq!(s.snapshot(), before);
+
+    // Uninstall gives the original bytes back; the backup is the first one, untouched.
+    let out = s.run(&[
+        "uninstall",
+        "--python",
+        hermes_python().to_str().expect("utf-8"),
+    ]);
+    assert_ok(&out);
+    assert_eq!(fs::read_to_string(s.config()).expect("config"), CAREFUL);
+    assert_eq!(fs::read_to_string(&backup).expect("backup"), CAREFUL);
+    assert!(!s.plugin_dir().exists());
+}
+
+#[test]
+fn a_config_the_editor_does_not_read_goes_through_ruamel_then_save_config() {
+    // An anchor: canon-hermes' editor refuses it, the ruamel.yaml round trip keeps the comments.
+    let s = Scratch::new();
+    let anchored = "# tools\nbase: &base\n  x: 1\nplugins: &p\n  enabled: [a]  # mine\n";
+    fs::write(s.config(), anchored).expect("config");
+    let out = s.install();
+    assert_ok(&out);
+    let backup = s.hermes_home.join("config.yaml.before-canon-hermes");
+    assert!(
+        lines(&out).contains(&format!(
+            "⚠ Hermes config edited with ruamel.yaml (canon-hermes does not edit an anchor on \
+             line 4): comments kept, indentation may have changed; the original is {}",
+            backup.display()
+        )),
+        "{}",
+        stdout(&out)
+    );
+    // ruamel.yaml drops anchors nothing refers to; comments and values stay.
+    let written = fs::read_to_string(s.config()).expect("config");
+    assert!(written.starts_with("# tools\nbase:\n"), "{written}");
+    assert!(written.contains("# mine"), "{written}");
+    assert_eq!(fs::read_to_string(&backup).expect("backup"), anchored);
+    let said = hermes_python_says(
+        &s,
+        "from hermes_cli.config import load_config\n\
+         c = load_config()\n\
+         print(c['plugins']['enabled'], c['platforms']['canon']['enabled'], c['base'])\n",
+    );
+    assert_eq!(said.trim(), "['a', 'canon-hermes'] True {'x': 1}");
+
+    // Without ruamel.yaml: Hermes' save_config, after the backup, and the operator is told.
+    let s = Scratch::new();
+    fs::write(s.config(), anchored).expect("config");
+    let no_ruamel = fake_venv(
+        s.dir.path(),
+        true,
+        &[(
+            "ruamel/__init__.py",
+            "raise ImportError('hidden by the test')\n",
+        )],
+    );
+    let out = s.install_with(&no_ruamel);
+    assert_ok(&out);
+    let backup = s.hermes_home.join("config.yaml.before-canon-hermes");
+    assert!(
+        lines(&out).contains(&format!(
+            "⚠ Hermes config rewritten by Hermes' save_config (canon-hermes does not edit an \
+             anchor on line 4): its comments and layout were not kept; the original is {}",
+            backup.display()
+        )),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(fs::read_to_string(&backup).expect("backup"), anchored);
+    assert!(!fs::read_to_string(s.config())
+        .expect("config")
+        .contains("# tools"));
 }
 
 #[test]
@@ -449,6 +619,13 @@ fn env_file_lines_are_kept_and_an_existing_access_rule_wins() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o640, "an existing .env keeps its mode");
+    // The original is kept once, private: it holds secrets.
+    let backup = s.hermes_home.join(".env.before-canon-hermes");
+    assert_eq!(fs::read_to_string(&backup).expect("backup"), env);
+    assert_eq!(
+        fs::metadata(&backup).expect("backup").permissions().mode() & 0o777,
+        0o600
+    );
 
     for existing in [
         "CANON_ALLOWED_USERS=u1,u2\n",
@@ -550,6 +727,15 @@ fn a_shadowing_pip_plugin_and_multiplexing_are_warned_about() {
     let out = s.install_with(&shadowed);
     assert_ok(&out);
     let mut expected = first_lines(&s);
+    expected.insert(
+        4,
+        format!(
+            "Kept the original Hermes config as {}",
+            s.hermes_home
+                .join("config.yaml.before-canon-hermes")
+                .display()
+        ),
+    );
     expected.extend([
         "⚠ gateway.multiplex_profiles is enabled; Canon refuses to start until it is set to false"
             .to_owned(),
@@ -612,6 +798,10 @@ fn a_named_profile_is_installed_into_its_own_home() {
         lines(&out)[0],
         format!("Hermes profile: work ({})", work.display())
     );
+    assert!(lines(&out).contains(
+        &"Restart the Hermes gateway to load the Canon plugin: hermes -p work gateway restart"
+            .to_owned()
+    ));
     assert!(work.join("plugins/canon-hermes/manifest.json").is_file());
     assert!(!s.plugin_dir().exists(), "the root profile is untouched");
 }
@@ -730,7 +920,7 @@ fn the_alias_binary_is_the_same_program() {
     let s = Scratch::new();
     let alias = env!("CARGO_BIN_EXE_canon-hermes-plugin");
     let out = s.run_bin(alias, &["--version"], &[]);
-    assert_eq!(stdout(&out), format!("canon-hermes {VERSION}\n"));
+    assert_eq!(stdout(&out), format!("canon-hermes-plugin {VERSION}\n"));
     let out = s.run_bin(alias, &["install", "--help"], &[]);
     assert!(
         stdout(&out).contains("Usage: canon-hermes-plugin install [OPTIONS]"),
@@ -748,10 +938,117 @@ fn the_alias_binary_is_the_same_program() {
     let manifest: Value =
         serde_json::from_slice(&fs::read(s.plugin_dir().join("manifest.json")).expect("manifest"))
             .expect("JSON");
-    assert_eq!(
-        manifest["binary"], alias,
-        "the manifest names the binary that installed it"
+    assert_eq!(manifest["binary"], "bin/canon-hermes");
+    assert!(
+        same_bytes(&s.plugin_dir().join("bin/canon-hermes"), Path::new(alias)),
+        "the copy is the binary that installed it"
     );
+}
+
+/// Whether two files hold the same bytes.
+pub(crate) fn same_bytes(a: &Path, b: &Path) -> bool {
+    fs::read(a).expect("a file") == fs::read(b).expect("a file")
+}
+
+/// What the installed shim would spawn (`_daemon.binary()`), without `CANON_HERMES_BIN`.
+fn shim_binary(s: &Scratch) -> String {
+    let code = format!(
+        "{}print(shim._daemon.binary())\n",
+        super::gateway_support::shim_prelude(&s.plugin_dir())
+    );
+    hermes_python_says(s, &code).trim().to_owned()
+}
+
+#[test]
+fn the_plugin_runs_its_own_copy_once_the_installing_binary_is_gone() {
+    let s = Scratch::new();
+    let elsewhere = s.dir.path().join("build/canon-hermes");
+    fs::create_dir_all(elsewhere.parent().expect("a parent")).expect("mkdir");
+    fs::copy(env!("CARGO_BIN_EXE_canon-hermes"), &elsewhere).expect("a copy to install from");
+    let python = hermes_python();
+    let out = s.run_bin(
+        elsewhere.to_str().expect("utf-8"),
+        &["install", "--python", python.to_str().expect("utf-8")],
+        &[],
+    );
+    assert_ok(&out);
+    fs::remove_file(&elsewhere).expect("cargo clean, or a removed checkout");
+    let binary = shim_binary(&s);
+    assert_eq!(
+        Path::new(&binary),
+        s.plugin_dir()
+            .join("bin/canon-hermes")
+            .canonicalize()
+            .expect("the copy")
+    );
+    let out = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .expect("the copy runs");
+    assert_eq!(stdout(&out), format!("canon-hermes {VERSION}\n"));
+    // An absolute path in an older manifest still works, and CANON_HERMES_BIN still wins.
+    let path = s.plugin_dir().join("manifest.json");
+    let mut manifest: Value =
+        serde_json::from_slice(&fs::read(&path).expect("manifest")).expect("JSON");
+    manifest["binary"] = Value::from("/opt/canon/bin/canon-hermes");
+    fs::write(&path, manifest.to_string()).expect("manifest");
+    assert_eq!(shim_binary(&s), "/opt/canon/bin/canon-hermes");
+    let code = format!(
+        "import os\nos.environ['CANON_HERMES_BIN'] = '/x/canon-hermes'\n{}print(shim._daemon.binary())\n",
+        super::gateway_support::shim_prelude(&s.plugin_dir())
+    );
+    assert_eq!(hermes_python_says(&s, &code).trim(), "/x/canon-hermes");
+}
+
+#[test]
+fn another_binary_replaces_the_copy_says_to_restart_and_leaves_a_running_copy_its_file() {
+    let s = Scratch::new();
+    assert_ok(&s.install());
+    let copy = s.plugin_dir().join("bin/canon-hermes");
+    // What a running daemon holds: the file as it was.
+    let mut running = fs::File::open(&copy).expect("the copy");
+    let inode = |path: &Path| {
+        use std::os::unix::fs::MetadataExt as _;
+        fs::metadata(path).expect("metadata").ino()
+    };
+    let before = inode(&copy);
+    let python = hermes_python();
+    let alias = env!("CARGO_BIN_EXE_canon-hermes-plugin");
+    let out = s.run_bin(
+        alias,
+        &["install", "--python", python.to_str().expect("utf-8")],
+        &[],
+    );
+    assert_ok(&out);
+    let mut expected = again_lines(&s);
+    expected[1] = format!(
+        "Installed Canon shim: {} (canon-hermes {VERSION})",
+        s.plugin_dir().display()
+    );
+    expected.insert(6, RESTART.into());
+    assert_eq!(lines(&out), expected);
+    assert!(same_bytes(&copy, Path::new(alias)));
+    assert_ne!(inode(&copy), before, "a new file was renamed in");
+    let mut held = Vec::new();
+    std::io::Read::read_to_end(&mut running, &mut held).expect("read the old file");
+    assert!(held == fs::read(env!("CARGO_BIN_EXE_canon-hermes")).expect("the binary"));
+}
+
+#[test]
+fn install_from_a_venv_s_bin_takes_that_venv_s_python() {
+    // As a wheel installs it: the binary beside the venv's python, no --python, no hermes on
+    // PATH, no HERMES_PYTHON.
+    let s = Scratch::new();
+    let python = fake_venv(s.dir.path(), true, &[]);
+    let binary = python.with_file_name("canon-hermes");
+    fs::copy(env!("CARGO_BIN_EXE_canon-hermes"), &binary).expect("the binary in the venv");
+    let out = s.run_bin(
+        binary.to_str().expect("utf-8"),
+        &["install"],
+        &[("PATH", "/usr/bin:/bin")],
+    );
+    assert_ok(&out);
+    assert_eq!(lines(&out), first_lines(&s));
 }
 
 #[test]

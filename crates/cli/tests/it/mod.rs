@@ -39,3 +39,4 @@ mod shim_constants;
 mod shim_daemon;
 mod shim_golden;
 mod shim_support;
+mod uninstall;

@@ -1225,7 +1225,7 @@ Installed Canon shim: {plugin} (canon-hermes {version})
 Enabled Hermes plugin: canon-hermes
 Enabled Hermes platform: canon
 Set CANON_ALLOW_ALL_USERS=true for Canon-managed first setup.
-Restart the Hermes gateway to load the Canon plugin.
+Restart the Hermes gateway to load the Canon plugin: hermes gateway restart
 
   --- Canon Setup ---
 

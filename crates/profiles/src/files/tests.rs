@@ -265,6 +265,31 @@ fn saving_replaces_one_entry_and_keeps_the_others() {
 }
 
 #[test]
+fn removing_one_entry_keeps_the_others_byte_for_byte() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("agents.json");
+    fs::write(
+        &path,
+        r#"{"coms": {"clientType": "coms", "apiKey": "c"}, "ops": {"apiKey": "k"}, "z": {"n": 1}}"#,
+    )
+    .expect("write");
+    let mut profiles = AgentProfiles::read(&path).expect("read");
+    assert!(profiles.remove("ops"));
+    assert!(!profiles.remove("ops"), "already gone");
+    assert!(!profiles.remove("missing"));
+    profiles.save().expect("saved");
+    assert_eq!(
+        fs::read_to_string(&path).expect("read"),
+        "{\n  \"coms\": {\n    \"apiKey\": \"c\",\n    \"clientType\": \"coms\"\n  },\n  \"z\": {\n    \"n\": 1\n  }\n}"
+    );
+    assert_eq!(
+        AgentProfiles::read(&path).expect("read").names(),
+        ["coms", "z"]
+    );
+    assert_eq!(mode(&path), 0o600);
+}
+
+#[test]
 fn write_is_atomic_and_cleans_up_on_failure() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("agents.json");

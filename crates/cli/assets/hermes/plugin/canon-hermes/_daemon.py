@@ -127,7 +127,13 @@ def turn_ctx():
 
 
 def binary():
-    found = os.environ.get("CANON_HERMES_BIN") or MANIFEST.get("binary") or shutil.which("canon-hermes")
+    """The daemon's program: CANON_HERMES_BIN, else the manifest's `binary` (install's copy,
+    recorded relative to this directory; an absolute path is taken as it is), else
+    `canon-hermes` on PATH."""
+    found, recorded = os.environ.get("CANON_HERMES_BIN"), MANIFEST.get("binary")
+    if not found and isinstance(recorded, str) and recorded:
+        found = str(HERE / recorded)
+    found = found or shutil.which("canon-hermes")
     if not found:
         raise RuntimeError("canon-hermes binary not found (set CANON_HERMES_BIN or put it on PATH)")
     return found
