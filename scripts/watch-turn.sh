@@ -7,6 +7,10 @@
 # sends one human message into the simulator and prints what Canon sees: turn states, the live
 # streamed text and the durable turn_complete. Binaries come from $CARGO_TARGET_DIR when set.
 # Usage: scripts/watch-turn.sh ["your message"]     (KEEP=1 keeps the scratch directory)
+# CANON_HERMES=<path> installs with that canon-hermes instead of building one (with no
+# `--python` when it sits in the Hermes venv's bin/, as a wheel puts it), CANON_SIM=<path> runs
+# that canon-sim, and REMOVE_AFTER_INSTALL=1 deletes CANON_HERMES (and its alias beside it) once
+# the plugin is installed: the gateway must then run the plugin's own copy (scripts/check-wheel.sh).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,9 +18,13 @@ message="${1:-Hello Hermes, what can you do?}"
 venv="${HERMES_VENV:-$root/.cache/hermes-venv}"
 
 "$root/scripts/hermes-venv.sh" >&2
-echo "== building canon-hermes and canon-sim (release)" >&2
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p canon-hermes -p canon-sim
 bin="${CARGO_TARGET_DIR:-$root/target}/release"
+canon_hermes="${CANON_HERMES:-$bin/canon-hermes}"
+canon_sim="${CANON_SIM:-$bin/canon-sim}"
+if [[ -z "${CANON_HERMES:-}" || -z "${CANON_SIM:-}" ]]; then
+  echo "== building canon-hermes and canon-sim (release)" >&2
+  cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p canon-hermes -p canon-sim
+fi
 
 work="$(mktemp -d)"
 pids=()
@@ -49,9 +57,9 @@ cat >"$work/script.json" <<'JSON'
 JSON
 
 echo "== starting canon-sim and the scripted model" >&2
-"$bin/canon-sim" serve --print-env >"$work/sim.env" 2>"$work/sim.log" &
+"$canon_sim" serve --print-env >"$work/sim.env" 2>"$work/sim.log" &
 pids+=($!)
-"$bin/canon-sim" model --script "$work/script.json" --print-env >"$work/model.env" 2>"$work/model.log" &
+"$canon_sim" model --script "$work/script.json" --print-env >"$work/model.env" 2>"$work/model.log" &
 pids+=($!)
 control="$(env_value "$work/sim.env" CANON_SIM_CONTROL_URL)"
 model_url="$(env_value "$work/model.env" OPENAI_BASE_URL)"
@@ -66,7 +74,15 @@ sed -e "s|{{model_base_url}}|$url_replacement|" -e '/{{platform_lines}}/d' \
   -e '/{{busy_input_mode}}/d' "$root/fixtures/hermes/config.yaml.tmpl" >"$home/config.yaml"
 # The shim, its manifest and the rich-cards skill, the way an operator installs them.
 echo "== canon-hermes install (HERMES_HOME=$home)" >&2
-HERMES_HOME="$home" HOME="$work" "$bin/canon-hermes" install --python "$venv/bin/python" >&2
+python_args=(--python "$venv/bin/python")
+if [[ "$(dirname "$canon_hermes")" -ef "$venv/bin" ]]; then
+  python_args=() # the venv's own bin/: install finds its Python by itself
+fi
+HERMES_HOME="$home" HOME="$work" "$canon_hermes" install "${python_args[@]}" >&2
+if [[ "${REMOVE_AFTER_INSTALL:-}" == 1 ]]; then
+  echo "== removing $canon_hermes: the gateway runs the plugin's own copy" >&2
+  rm -f "$canon_hermes" "$(dirname "$canon_hermes")/canon-hermes-plugin"
+fi
 
 echo "== starting the Hermes gateway (HERMES_HOME=$home)" >&2
 (
