@@ -150,19 +150,28 @@ impl Journal {
     /// Appends `records` and makes them durable (`fdatasync`); compacts instead when the
     /// journal would grow past `COMPACT_LINES` lines.
     pub(crate) fn append(&mut self, records: &[Record]) -> Result<(), InboxError> {
-        if records.is_empty() {
+        // Memory and disk hold the same, readable forms: a record the reader would refuse
+        // would fail every later start closed (canon_inbox::format::journalable).
+        let kept: Vec<Record> = records.iter().filter_map(format::journalable).collect();
+        if kept.len() < records.len() {
+            tracing::warn!(
+                dropped = records.len() - kept.len(),
+                "inbox: records with an empty or over-long id are not journaled"
+            );
+        }
+        if kept.is_empty() {
             return Ok(());
         }
         let mut text = String::new();
-        for record in records {
+        for record in &kept {
             self.state.apply(record);
             text.push_str(&format::record_line(record));
         }
-        if self.lines + records.len() > COMPACT_LINES {
+        if self.lines + kept.len() > COMPACT_LINES {
             return self.compact();
         }
         self.write_text(&text)?;
-        self.lines += records.len();
+        self.lines += kept.len();
         Ok(())
     }
 

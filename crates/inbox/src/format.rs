@@ -106,7 +106,53 @@ pub fn header_line(scope: &str) -> String {
     line
 }
 
-/// One record's line, `\n` included.
+/// Whether `id` is an id [`parse`] accepts: not empty, at most [`MAX_ID_BYTES`] bytes.
+fn readable_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ID_BYTES
+}
+
+/// `record` in the form [`parse`] reads back, or `None` when no such form exists. A writer
+/// journals only what this returns, so the journal it writes never holds a line its own reader
+/// refuses (which would fail every later start closed): an open turn keeps its first
+/// [`MAX_TURN_MESSAGES`] readable message ids (the same cut the in-memory state makes), and a
+/// record whose own key (a message, session, conversation or turn id, or the cursor) is empty
+/// or longer than [`MAX_ID_BYTES`] has no journal form. Such ids never come from Canon; losing
+/// one record of them costs at most one repeated delivery after a restart.
+pub fn journalable(record: &Record) -> Option<Record> {
+    let keep = match record {
+        Record::Handled { message_id, .. } => readable_id(message_id),
+        Record::Cursor(cursor) => readable_id(cursor),
+        Record::TurnOpened {
+            session_key,
+            conversation_id,
+            message_ids,
+        } => {
+            if !readable_id(session_key) || !readable_id(conversation_id) {
+                return None;
+            }
+            return Some(Record::TurnOpened {
+                session_key: session_key.clone(),
+                conversation_id: conversation_id.clone(),
+                message_ids: message_ids
+                    .iter()
+                    .filter(|id| readable_id(id))
+                    .take(MAX_TURN_MESSAGES)
+                    .cloned()
+                    .collect(),
+            });
+        }
+        Record::TurnClosed { session_key } => readable_id(session_key),
+        Record::RuntimeTurnOpened {
+            turn_id,
+            conversation_id,
+            ..
+        } => readable_id(turn_id) && readable_id(conversation_id),
+        Record::RuntimeTurnClosed { turn_id } => readable_id(turn_id),
+    };
+    keep.then(|| record.clone())
+}
+
+/// One record's line, `\n` included. Only a [`journalable`] record's line reads back.
 pub fn record_line(record: &Record) -> String {
     let mut line = match record {
         Record::Handled { message_id, at_ms } => json!({"handled": message_id, "at": at_ms}),
@@ -272,30 +318,36 @@ fn parse_record(map: &Map<String, Value>) -> Result<Record, String> {
 
 /// The text of a compacted journal: the header, the kept handled ids (oldest first), the open
 /// turns, the open Canon turns and the cursor.
+/// Only [`journalable`] forms are written, whatever records built `state`.
 pub fn snapshot(scope: &str, state: &Loaded) -> String {
     let mut text = header_line(scope);
+    let mut push = |record: Record| {
+        if let Some(record) = journalable(&record) {
+            text.push_str(&record_line(&record));
+        }
+    };
     for (message_id, at_ms) in state.handled.iter() {
-        text.push_str(&record_line(&Record::Handled {
+        push(Record::Handled {
             message_id: message_id.to_owned(),
             at_ms,
-        }));
+        });
     }
     for turn in state.open_turns.iter() {
-        text.push_str(&record_line(&Record::TurnOpened {
+        push(Record::TurnOpened {
             session_key: turn.session_key.clone(),
             conversation_id: turn.conversation_id.clone(),
             message_ids: turn.message_ids.clone(),
-        }));
+        });
     }
     for turn in state.runtime_turns.iter() {
-        text.push_str(&record_line(&Record::RuntimeTurnOpened {
+        push(Record::RuntimeTurnOpened {
             turn_id: turn.turn_id.clone(),
             conversation_id: turn.conversation_id.clone(),
             opened_at_ms: turn.opened_at_ms,
-        }));
+        });
     }
     if let Some(cursor) = &state.cursor {
-        text.push_str(&record_line(&Record::Cursor(cursor.clone())));
+        push(Record::Cursor(cursor.clone()));
     }
     text
 }

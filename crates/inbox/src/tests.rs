@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use crate::format::{parse, record_line};
+use crate::format::{journalable, parse, record_line, MAX_ID_BYTES};
 use crate::Record;
 
 const SCOPE: &str = "0123456789abcdef0123456789abcdef";
@@ -122,6 +122,45 @@ fn journal_text(records: &[Record]) -> String {
     text
 }
 
+/// Any id a writer might be handed: empty, ordinary, or past the reader's limit.
+fn arb_any_id() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[a-z0-9-]{1,12}",
+        (MAX_ID_BYTES - 2..MAX_ID_BYTES + 3).prop_map(|n| "x".repeat(n)),
+    ]
+}
+
+/// Records as the daemon may produce them, beyond what the reader accepts: empty and over-long
+/// ids, and open turns merging up to 100 messages.
+fn arb_any_record() -> impl Strategy<Value = Record> {
+    prop_oneof![
+        (arb_any_id(), any::<u64>()).prop_map(|(id, at)| handled(&id, at)),
+        arb_any_id().prop_map(Record::Cursor),
+        (
+            arb_any_id(),
+            arb_any_id(),
+            proptest::collection::vec(arb_any_id(), 0..100)
+        )
+            .prop_map(
+                |(session_key, conversation_id, message_ids)| Record::TurnOpened {
+                    session_key,
+                    conversation_id,
+                    message_ids,
+                }
+            ),
+        arb_any_id().prop_map(|session_key| Record::TurnClosed { session_key }),
+        (arb_any_id(), arb_any_id(), any::<u64>()).prop_map(
+            |(turn_id, conversation_id, opened_at_ms)| Record::RuntimeTurnOpened {
+                turn_id,
+                conversation_id,
+                opened_at_ms,
+            }
+        ),
+        arb_any_id().prop_map(|turn_id| Record::RuntimeTurnClosed { turn_id }),
+    ]
+}
+
 fn arb_record() -> impl Strategy<Value = Record> {
     prop_oneof![
         ("[a-z0-9:/ é\"\\\\-]{1,40}", any::<u64>()).prop_map(|(id, at)| handled(&id, at)),
@@ -213,6 +252,27 @@ proptest! {
         let got: Vec<String> = parsed.state.handled.iter().map(|(id, _)| id.to_owned()).collect();
         prop_assert_eq!(got, expected_handled);
         prop_assert_eq!(parsed.lines, complete + 1);
+    }
+
+    /// Whatever a writer journals (the `journalable` form of any record, ids empty, long or
+    /// many), the reader loads, and a snapshot of that state loads too.
+    #[test]
+    fn every_journalable_record_reads_back(
+        records in proptest::collection::vec(arb_any_record(), 0..12),
+    ) {
+        let kept: Vec<Record> = records.iter().filter_map(journalable).collect();
+        let text = journal_text(&kept);
+        let parsed = parse(text.as_bytes(), SCOPE);
+        prop_assert!(parsed.is_ok(), "{:?}", parsed.err());
+        let parsed = parsed.unwrap();
+        prop_assert_eq!(parsed.lines, kept.len() + 1);
+        for record in &kept {
+            if let Record::TurnOpened { message_ids, .. } = record {
+                prop_assert!(message_ids.len() <= crate::tracker::MAX_TURN_MESSAGES);
+            }
+        }
+        let again = parse(crate::format::snapshot(SCOPE, &parsed.state).as_bytes(), SCOPE);
+        prop_assert!(again.is_ok(), "{:?}", again.err());
     }
 
     /// Arbitrary bytes never panic the parser: they load or fail with a line number.

@@ -40,6 +40,35 @@ fn a_reopened_journal_has_the_cursor_and_the_handled_ids() {
 }
 
 #[test]
+fn records_past_the_reader_s_limits_never_keep_the_next_start_out() {
+    let home = tempfile::tempdir().unwrap();
+    let long = "x".repeat(canon_inbox::format::MAX_ID_BYTES + 1);
+    let merged: Vec<String> = (0..65).map(|n| format!("m-{n}")).collect();
+    {
+        let (mut journal, _) = Journal::open(home.path(), SCOPE, WAIT).unwrap();
+        journal
+            .append(&[
+                Record::TurnOpened {
+                    session_key: "s-1".into(),
+                    conversation_id: "c-1".into(),
+                    message_ids: merged.clone(),
+                },
+                handled("", 1),
+                handled(&long, 2),
+                handled("m-ok", 3),
+                Record::Cursor(long.clone()),
+            ])
+            .unwrap();
+    }
+    let (_, loaded) = Journal::open(home.path(), SCOPE, WAIT).expect("the journal reads back");
+    let turn = loaded.open_turns.iter().next().expect("the open turn");
+    assert_eq!(turn.message_ids, merged[..64].to_vec());
+    assert!(loaded.handled.contains("m-ok"));
+    assert!(!loaded.handled.contains(""));
+    assert_eq!(loaded.cursor, None);
+}
+
+#[test]
 fn a_line_cut_short_by_a_crash_is_dropped_and_the_file_truncated() {
     let home = tempfile::tempdir().unwrap();
     let path = {
