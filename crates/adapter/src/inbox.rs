@@ -68,6 +68,10 @@ pub(crate) struct Journal {
     _lock: File,
     lines: usize,
     state: Loaded,
+    /// A write failed (a full disk, EIO): the file may end in part of a line, and records
+    /// applied to `state` may be missing from it. The next append rewrites the whole journal
+    /// from `state` (temp file and rename) instead of appending after the damage.
+    rewrite_pending: bool,
 }
 
 impl Journal {
@@ -133,6 +137,7 @@ impl Journal {
                 torn_tail,
                 ..parsed.state
             },
+            rewrite_pending: false,
         };
         if parsed.lines == 0 {
             journal.write_text(&format::header_line(scope))?;
@@ -167,7 +172,7 @@ impl Journal {
             self.state.apply(record);
             text.push_str(&format::record_line(record));
         }
-        if self.lines + kept.len() > COMPACT_LINES {
+        if self.rewrite_pending || self.lines + kept.len() > COMPACT_LINES {
             return self.compact();
         }
         self.write_text(&text)?;
@@ -183,10 +188,21 @@ impl Journal {
     }
 
     fn write_text(&mut self, text: &str) -> Result<(), InboxError> {
-        self.file
+        let good_length = self.file.metadata().map(|m| m.len());
+        let written = self
+            .file
             .write_all(text.as_bytes())
-            .and_then(|()| self.file.sync_data())
-            .map_err(|e| self.write_error(e))
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            // Take back a partial line where the file allows it; the next append rewrites the
+            // journal whole in any case, so a fragment never ends up mid-file.
+            if let Ok(length) = good_length {
+                let _ = self.file.set_len(length);
+            }
+            self.rewrite_pending = true;
+            return Err(self.write_error(e));
+        }
+        Ok(())
     }
 
     /// Rewrites the journal as its live state.
@@ -215,10 +231,12 @@ impl Journal {
             Ok(file) => {
                 self.file = file;
                 self.lines = text.lines().count();
+                self.rewrite_pending = false;
                 Ok(())
             }
             Err(e) => {
                 let _ = fs::remove_file(&temp);
+                self.rewrite_pending = true;
                 Err(self.write_error(e))
             }
         }

@@ -69,6 +69,29 @@ fn records_past_the_reader_s_limits_never_keep_the_next_start_out() {
 }
 
 #[test]
+fn after_a_failed_append_the_next_one_rewrites_the_journal_from_its_state() {
+    let home = tempfile::tempdir().unwrap();
+    let (mut journal, _) = Journal::open(home.path(), SCOPE, WAIT).unwrap();
+    journal.append(&[handled("m-1", 1)]).unwrap();
+    let path = journal.path().to_owned();
+    // A write that dies part way (a full disk): a fragment stays at the end of the file, and
+    // the journal's own descriptor refuses the append (read-only here).
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(br#"{"handled":"m-2","a"#);
+    fs::write(&path, &bytes).unwrap();
+    journal.file = fs::File::open(&path).unwrap();
+    assert!(journal.append(&[handled("m-2", 2)]).is_err());
+    // Space is back: the next append must not land after the fragment.
+    journal.append(&[handled("m-3", 3)]).unwrap();
+    drop(journal);
+    let (_, loaded) = Journal::open(home.path(), SCOPE, WAIT).expect("the journal reads back");
+    assert!(!loaded.torn_tail);
+    for id in ["m-1", "m-2", "m-3"] {
+        assert!(loaded.handled.contains(id), "{id}");
+    }
+}
+
+#[test]
 fn a_line_cut_short_by_a_crash_is_dropped_and_the_file_truncated() {
     let home = tempfile::tempdir().unwrap();
     let path = {
