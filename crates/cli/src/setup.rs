@@ -222,6 +222,14 @@ const CONNECTION_KEYS: [&str; 5] = [
     "CANON_FIREBASE_API_KEY",
 ];
 
+/// Every `.env` key `setup` may write: the profile name, a direct key and its connection
+/// (`uninstall --purge-credentials` removes exactly these).
+pub(crate) fn written_keys() -> impl Iterator<Item = &'static str> {
+    ["CANON_AGENT", "CANON_API_KEY"]
+        .into_iter()
+        .chain(CONNECTION_KEYS)
+}
+
 /// Runs `setup` (cli.md §1): prints the profile line, then [`run_in_profile`].
 pub(crate) fn setup_command(args: &SetupArgs) -> u8 {
     let env = HostEnv::from_process();

@@ -26,18 +26,6 @@ use crate::hermes::{self, HostEnv};
 use crate::install::{self, Change};
 use crate::shim;
 
-/// The `.env` keys `setup` writes (cli.md §4.3 step 11, §4.4 step 4, §4.5 step 4), which
-/// `--purge-credentials` removes.
-const SETUP_KEYS: [&str; 7] = [
-    "CANON_AGENT",
-    "CANON_API_KEY",
-    "CANON_ENVIRONMENT_ID",
-    "CANON_BASE_URL",
-    "CANON_STREAM_URL",
-    "CANON_RTDB_URL",
-    "CANON_FIREBASE_API_KEY",
-];
-
 /// `canon-hermes uninstall` (cli.md §3.5).
 #[derive(Debug, clap::Args)]
 pub(crate) struct UninstallArgs {
@@ -99,7 +87,7 @@ fn say(out: &mut dyn std::io::Write, line: &str) {
 struct Purge {
     /// The profile's `.env`.
     env_file: PathBuf,
-    /// The [`SETUP_KEYS`] it defines.
+    /// The keys `setup` writes ([`crate::setup::written_keys`]) that it defines.
     keys: Vec<&'static str>,
     /// `agents.json` and the profile `CANON_AGENT` names in it, when it is there and Hermes may
     /// use it.
@@ -143,8 +131,7 @@ fn find_credentials(home: &Path, env: &HostEnv) -> anyhow::Result<Purge> {
             return Err(anyhow::Error::new(error).context(format!("reading {}", env_file.display())))
         }
     };
-    let keys: Vec<&'static str> = SETUP_KEYS
-        .into_iter()
+    let keys: Vec<&'static str> = crate::setup::written_keys()
         .filter(|key| dotenv.get(key).is_some())
         .collect();
     let name = dotenv
