@@ -59,6 +59,14 @@ async def connected():
     a = cls(PlatformConfig(enabled=True))
     assert await a.connect(), a.fatal_error_message
     return a
+
+async def listening():
+    # `connect` returns once Canon answered; the event stream opens right after. A fresh
+    # agent's first stream starts at "now", so a test posts only once it is open.
+    deadline = time.monotonic() + 60
+    while SIM('state')['openStreams'] == 0:
+        assert time.monotonic() < deadline, 'the event stream never opened'
+        await asyncio.sleep(0.05)
 "#;
 
 /// Runs `code` in the venv's Python with the shim installed (as `canon-hermes install` does) in
@@ -403,6 +411,7 @@ async def main():
     a = await connected()
     a.handle_message = recorder('stopping')
     a._runner = type('Runner', (), {'_draining': True})()
+    await listening()
     SIM('messages', {'conversationId': CHAT, 'text': TEXT})
     await until(lambda: waits or handed, 'offer while stopping')
     await a.disconnect()
@@ -455,6 +464,7 @@ async def main():
         handed.append(['restoring', event.text])
         loop.call_soon(runner._startup_restore_queue.append, event)  # the runner's own task
     a.handle_message = restoring
+    await listening()
     SIM('messages', {'conversationId': CHAT, 'text': TEXT})
     await until(lambda: handed)
     await asyncio.sleep(0)  # the runner's task has queued the event
@@ -511,6 +521,7 @@ async def main():
         handed.append(['queued', event.text])
         a._pending_messages[a._key(event.source)] = event
     a.handle_message = queue_it
+    await listening()
     SIM('messages', {'conversationId': CHAT, 'text': TEXT})
     from shim import _adapter
     # Remembered right before the shim answers `queued`, with no await in between: the answer
@@ -601,6 +612,7 @@ async def main():
     async def take(event):
         got.append(event)
     a.handle_message = take
+    await listening()
     SIM('messages', {'conversationId': CHAT, 'text': 'tell me, and show me'})
     await until(lambda: got)
     ev = got[0]
