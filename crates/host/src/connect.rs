@@ -37,9 +37,14 @@ pub enum ConnectFailure {
     Client(String),
     /// Canon refused the configured environment id.
     Environment(String),
-    /// The durable inbox of the Canon home could not be opened (a damaged journal fails closed:
-    /// the text names the file and what to do).
-    Inbox(String),
+    /// The durable journal holds something its reader refuses. It fails closed, not
+    /// retryable: the text names the file and what to do.
+    InboxDamaged(String),
+    /// The durable inbox could not be opened for now: another daemon holds its lock past the
+    /// wait, or the file system refused (a full disk, EIO, a lock the file system lacks).
+    /// Retryable: the agent comes back once the cause is gone, and it never runs without the
+    /// inbox (that would lose what was sent while it was down, and replay what it handled).
+    InboxUnavailable(String),
     /// `GET /agents/me` or `GET /conversations` failed.
     Call {
         /// The HTTP status, when Canon answered.
@@ -62,7 +67,8 @@ pub fn refusal(failure: ConnectFailure) -> ConnectResult {
         ),
         ConnectFailure::Client(message) => ("connect_failed", message, false),
         ConnectFailure::Environment(message) => ("environment_mismatch", message, false),
-        ConnectFailure::Inbox(message) => ("inbox_unreadable", message, false),
+        ConnectFailure::InboxDamaged(message) => ("inbox_unreadable", message, false),
+        ConnectFailure::InboxUnavailable(message) => ("inbox_unavailable", message, true),
         ConnectFailure::Call {
             status: Some(401 | 403),
             ..

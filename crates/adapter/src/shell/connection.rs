@@ -65,17 +65,20 @@ impl Driver {
             .list_conversations()
             .await
             .map_err(|e| call_failed(&e))?;
-        self.open_inbox(&client, &me)
-            .await
-            .map_err(ConnectFailure::Inbox)?;
+        self.open_inbox(&client, &me).await?;
         Ok((me, conversations))
     }
 
     /// Opens the durable inbox of this agent on this Canon origin and resumes the session from
     /// it, unless it is open already (a reconnect of the same agent keeps the live state). A
-    /// damaged journal refuses the connect; a journal another daemon still holds after the wait
-    /// leaves this daemon without one (as before the inbox existed), loudly.
-    async fn open_inbox(&mut self, client: &CanonClient, me: &AgentMe) -> Result<(), String> {
+    /// damaged journal refuses the connect for good; a journal another daemon still holds after
+    /// the wait, or a file system error, refuses it as retryable, so Hermes tries again and the
+    /// agent never runs without its inbox.
+    async fn open_inbox(
+        &mut self,
+        client: &CanonClient,
+        me: &AgentMe,
+    ) -> Result<(), ConnectFailure> {
         let (Some(home), Some(agent_id)) = (self.config.canon_home.clone(), me.agent_id.as_deref())
         else {
             return Ok(());
@@ -102,17 +105,23 @@ impl Driver {
                 self.inbox = Some(writer);
                 Ok(())
             }
+            Err(error @ crate::inbox::InboxError::Corrupt { .. }) => {
+                tracing::error!(%error, "the durable inbox cannot be opened");
+                Err(ConnectFailure::InboxDamaged(error.to_string()))
+            }
             Err(error @ crate::inbox::InboxError::Busy { .. }) => {
-                tracing::error!(
-                    %error,
-                    "running without the durable inbox: messages sent while this daemon is down \
-                     are not replayed"
-                );
-                Ok(())
+                tracing::warn!(%error, "the connect is refused for now; Hermes retries it");
+                Err(ConnectFailure::InboxUnavailable(format!(
+                    "{error}; Hermes retries the connect. If two gateways serve this agent with \
+                     one Canon home, stop one of them."
+                )))
             }
             Err(error) => {
-                tracing::error!(%error, "the durable inbox cannot be opened");
-                Err(error.to_string())
+                tracing::warn!(%error, "the connect is refused for now; Hermes retries it");
+                Err(ConnectFailure::InboxUnavailable(format!(
+                    "{error}; Hermes retries the connect (free disk space or fix the Canon \
+                     home's file system if this persists)"
+                )))
             }
         }
     }

@@ -262,8 +262,19 @@ async fn two_daemons_on_one_canon_home_consume_and_wake_once() {
     first.connect(&sim).await;
     let call = request_approval(&mut first).await;
     let id = approval_id(&first.reply(&call).await.0);
-    // The first daemon holds the home's inbox; the second runs without one after a short wait.
-    let mut second = spawn(&sim, &home, &[("CANON_HERMES_INBOX_LOCK_WAIT_MS", "200")]);
+    // Two daemons of one agent and origin never share an inbox (the second's connect is refused
+    // until the first lets go). The second here reaches the same Canon by another name of its
+    // origin: its inbox is its own (one per origin and agent), the approvals registry is the
+    // home's, so both daemons work on the one registry.
+    let (base, stream) = (
+        sim.base_url().replace("127.0.0.1", "localhost"),
+        sim.stream_url().replace("127.0.0.1", "localhost"),
+    );
+    let mut second = spawn(
+        &sim,
+        &home,
+        &[("CANON_BASE_URL", &base), ("CANON_STREAM_URL", &stream)],
+    );
     second.connect(&sim).await;
     // The second daemon's connect reconciles the open approval once (Canon: still pending).
     let deadline = std::time::Instant::now() + WAIT;

@@ -225,6 +225,76 @@ async fn a_damaged_inbox_refuses_the_connect_and_is_left_untouched() {
     assert_eq!(std::fs::read(&path).expect("read"), bytes, "left untouched");
 }
 
+/// A journal another daemon still holds after the lock wait refuses the connect as retryable:
+/// the agent never runs without its durable inbox (that would lose what is sent while it is
+/// down and replay what it handled), and Hermes' retry connects once the lock is free.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_inbox_refuses_the_connect_as_retryable_until_it_is_free() {
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    let mut first = spawn(&sim, &home);
+    first.connect(&sim).await;
+    let home_text = home.to_str().expect("a UTF-8 temp dir");
+    let mut second = Shim::spawn_with(
+        &sim,
+        &[
+            ("CANON_HOME", home_text),
+            ("CANON_HERMES_INBOX_LOCK_WAIT_MS", "100"),
+        ],
+    );
+    let refused = second.try_connect().await;
+    assert_eq!(refused["body"]["connected"], json!(false), "{refused}");
+    let fatal = &refused["body"]["fatal"];
+    assert_eq!(fatal["code"], "inbox_unavailable", "{refused}");
+    assert_eq!(fatal["retryable"], true, "{refused}");
+    let message = fatal["message"].as_str().expect("a message");
+    assert!(message.contains("in use by another"), "{message}");
+    assert!(message.contains("retries the connect"), "{message}");
+
+    assert_eq!(first.close().await, Some(0));
+    let retried = second
+        .request(
+            "adapter.connect",
+            json!({"adapter_instance": 1, "config": {"extra": {}, "typing_indicator": true},
+                   "host": {"streaming_enabled": true}}),
+        )
+        .await;
+    assert_eq!(retried["body"]["connected"], json!(true), "{retried}");
+    inject_text(&sim, "after the retry");
+    assert_eq!(text_of(&second.accept_inbound().await), "after the retry");
+    wait_handled(&home, 1).await;
+}
+
+/// A Canon home the file system refuses (here a file stands where its directory belongs)
+/// refuses the connect as retryable, not as a damaged journal, and the retry connects once the
+/// cause is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canon_home_that_cannot_be_opened_refuses_the_connect_as_retryable() {
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    std::fs::write(&home, b"in the way").expect("a file in the way");
+    let mut shim = spawn(&sim, &home);
+    let refused = shim.try_connect().await;
+    assert_eq!(refused["body"]["connected"], json!(false), "{refused}");
+    assert_eq!(
+        refused["body"]["fatal"]["code"], "inbox_unavailable",
+        "{refused}"
+    );
+    assert_eq!(refused["body"]["fatal"]["retryable"], true, "{refused}");
+
+    std::fs::remove_file(&home).expect("the file goes");
+    let retried = shim
+        .request(
+            "adapter.connect",
+            json!({"adapter_instance": 1, "config": {"extra": {}, "typing_indicator": true},
+                   "host": {"streaming_enabled": true}}),
+        )
+        .await;
+    assert_eq!(retried["body"]["connected"], json!(true), "{retried}");
+}
+
 /// The states Canon got for turn `turn_id`, in order.
 fn states_of(sim: &canon_sim::SimHandle, turn_id: &str) -> Vec<String> {
     sim.read_state(|s| {
