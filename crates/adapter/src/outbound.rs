@@ -15,6 +15,7 @@ use canon_transport::media::MediaDownloader;
 use canon_transport::{CanonClient, TransportError};
 use canon_wire::types::{attachment_kind, UploadMedia};
 use serde_json::{Map, Value};
+use std::time::Duration;
 
 /// The per-file upload cap (canon-wire.md §4.4): 10 MiB.
 pub(crate) const MAX_UPLOAD_BYTES: u64 = 10 * 1024 * 1024;
@@ -187,10 +188,14 @@ pub(crate) fn remove_handoff(path: &str) {
 
 /// Uploads one `adapter.send_media` item (canon-wire.md §7.4): a remote
 /// image through the SSRF-guarded downloader, anything else from disk.
-/// Returns the attachment and the message `contentType`.
+/// Returns the attachment and the message `contentType`. The download has
+/// `download_budget` in total: a server that drips its image would otherwise
+/// hold one of the few upload slots, and with them every conversation's
+/// outbound media, for as long as it likes.
 pub(crate) async fn upload_item(
     client: &CanonClient,
     downloader: &MediaDownloader,
+    download_budget: Duration,
     conversation_id: &str,
     item: &MediaItem,
 ) -> Result<MediaPayload, String> {
@@ -199,9 +204,14 @@ pub(crate) async fn upload_item(
         .as_deref()
         .filter(|u| item.op == MediaOp::ImageUrl && !u.starts_with("file://"));
     let (mut attachment, remote_image) = if let Some(url) = remote {
-        let downloaded = downloader
-            .download(url)
+        let downloaded = tokio::time::timeout(download_budget, downloader.download(url))
             .await
+            .map_err(|_| {
+                format!(
+                    "downloading the image took longer than {} s; it was not sent",
+                    download_budget.as_secs_f64()
+                )
+            })?
             .map_err(|e| transport_error(&e))?;
         let mime = downloaded
             .content_type

@@ -166,8 +166,8 @@ impl HttpEngine {
         }
     }
 
-    /// Sends `request` and reads the whole body (each chunk within the read
-    /// timeout, at most `cap` bytes).
+    /// Sends `request` and reads the whole body (each chunk, and the body as a whole, within
+    /// the read timeout once the head arrived; at most `cap` bytes).
     pub(crate) async fn send(
         &self,
         request: Request<Full<Bytes>>,
@@ -177,7 +177,8 @@ impl HttpEngine {
         let response = self.send_head(request, timeout).await?;
         let status = response.status().as_u16();
         let (parts, body) = response.into_parts();
-        let body = read_body(body, timeout, cap).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let body = read_body(body, timeout, Some(deadline), cap).await?;
         Ok(RawResponse {
             status,
             headers: parts.headers,
@@ -186,15 +187,24 @@ impl HttpEngine {
     }
 }
 
-/// Reads a body with a per-chunk timeout and a size cap.
+/// Reads a body with a per-chunk timeout, an optional deadline for the whole body and a size
+/// cap. The deadline matters against a peer that drips: one byte a little faster than the chunk
+/// timeout would otherwise hold the caller for as long as the peer likes.
 pub(crate) async fn read_body(
     mut body: Incoming,
     chunk_timeout: Duration,
+    deadline: Option<tokio::time::Instant>,
     cap: BodyCap,
 ) -> Result<Bytes, TransportError> {
     let mut buf = BytesMut::new();
     loop {
-        let frame = match tokio::time::timeout(chunk_timeout, body.frame()).await {
+        let wait = match deadline {
+            Some(deadline) => {
+                chunk_timeout.min(deadline.saturating_duration_since(tokio::time::Instant::now()))
+            }
+            None => chunk_timeout,
+        };
+        let frame = match tokio::time::timeout(wait, body.frame()).await {
             Err(_) => {
                 return Err(TransportError::ReadTimeout {
                     retry: RetryClass::Retryable,

@@ -226,6 +226,7 @@ impl MediaDownloader {
                 let body = read_body(
                     response.into_body(),
                     self.options.timeouts.read,
+                    Some(tokio::time::Instant::now() + self.options.timeouts.read),
                     BodyCap::Protocol(64 * 1024),
                 )
                 .await
@@ -254,9 +255,12 @@ impl MediaDownloader {
                 .and_then(|v| v.split(';').next())
                 .map(|v| v.trim().to_ascii_lowercase())
                 .filter(|v| !v.is_empty());
+            // The whole download's deadline is the caller's (it knows how long the media may
+            // take); each chunk still arrives within the read timeout.
             let bytes = read_body(
                 response.into_body(),
                 self.options.timeouts.read,
+                None,
                 BodyCap::Media(self.options.max_bytes),
             )
             .await?;

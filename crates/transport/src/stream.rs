@@ -370,6 +370,7 @@ impl Runner {
             let body = read_body(
                 response.into_body(),
                 self.config.connect_timeout,
+                Some(tokio::time::Instant::now() + self.config.connect_timeout),
                 BodyCap::Protocol(64 * 1024),
             )
             .await

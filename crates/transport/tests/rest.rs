@@ -11,7 +11,7 @@ use canon_wire::types::*;
 use canon_wire::{ApiKey, FailureKind};
 use serde_json::{json, Map, Value};
 
-use crate::support::{Recorded, Reply, RestServer};
+use crate::support::{RawServer, Recorded, Reply, RestServer};
 
 const KEY: &str = "sk-test-0123456789";
 
@@ -362,6 +362,39 @@ async fn transport_failures_map_to_their_kinds() {
     let server = RestServer::start(|_, _| Reply::Raw(200, vec![], b"{not json".to_vec())).await;
     let err = client_for(&server).get_me().await.unwrap_err();
     assert_eq!(err.kind(), FailureKind::Decode);
+}
+
+/// A body that drips one byte at a time, each well inside the read timeout, never trips the
+/// per-chunk timeout; the whole body must still arrive within the read timeout once the head
+/// is in, or a dripping proxy would hold the call (and a turn's close behind it) for as long
+/// as it likes.
+#[tokio::test]
+async fn a_dripping_body_times_out_as_a_whole() {
+    use tokio::io::AsyncWriteExt as _;
+    let server = RawServer::start(|_, mut stream| {
+        Box::pin(async move {
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                        content-length: 100000\r\n\r\n{";
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if stream.write_all(b" ").await.is_err() || stream.flush().await.is_err() {
+                    return;
+                }
+            }
+        })
+    })
+    .await;
+    let mut config = ClientConfig::new(server.url(), server.url(), ApiKey::new(KEY));
+    config.timeouts.read = Duration::from_millis(300);
+    let err = CanonClient::new(config)
+        .unwrap()
+        .get_me()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), FailureKind::ReadTimeout, "{err:?}");
 }
 
 fn durable_send(message_id: Option<&str>) -> DurableRequest {

@@ -45,6 +45,7 @@ impl Driver {
             }
         };
         let downloader = self.media_downloader();
+        let budget = self.config.media_download_budget;
         let permits = self.upload_permits.clone();
         let done = self.upload_tx.clone();
         let item = outbound::MediaItem {
@@ -57,7 +58,8 @@ impl Driver {
         };
         self.upload_tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            let result = outbound::upload_item(&client, &downloader, &media.chat_id, &item).await;
+            let result =
+                outbound::upload_item(&client, &downloader, budget, &media.chat_id, &item).await;
             let _ = done.send(Uploaded { request, result }).await;
         });
         None

@@ -17,6 +17,7 @@ use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
 use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
+use super::serve_support::slow_drip_server;
 use super::shim_support::{complete_turn, sim, start_turn, Shim, SESSION};
 
 const PNG: &[u8] =
@@ -634,43 +635,6 @@ async fn stale_hand_off_files_are_deleted_at_start() {
     assert!(fresh.exists());
     assert!(foreign.exists());
     assert_eq!(shim.close().await, Some(0));
-}
-
-/// A real HTTP server that answers every request with a 200 header announcing 100,000 bytes of
-/// PNG, then drips the body one byte every `every`, each byte well inside the transport's 30 s
-/// read timeout, until the client hangs up. Returns the URL of its one file.
-async fn slow_drip_server(every: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("an address").port();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match socket.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let header = "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\n\
-                              content-length: 100000\r\n\r\n";
-                if socket.write_all(header.as_bytes()).await.is_err() {
-                    return;
-                }
-                for &b in PNG.iter().cycle() {
-                    tokio::time::sleep(every).await;
-                    if socket.write_all(&[b]).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    format!("http://127.0.0.1:{port}/slow.png")
 }
 
 /// Reliability review H3, canon-wire.md §2.2 [target]: an attachment whose server drips its

@@ -14,6 +14,7 @@ use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
 use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
+use super::serve_support::slow_drip_server;
 use super::shim_support::{
     complete_turn, ctx, dm_event, open_turn, sim, start_turn, Shim, SESSION, WAIT,
 };
@@ -382,6 +383,48 @@ async fn remote_image_url_is_downloaded_behind_the_guard_then_uploaded() {
     );
     assert_eq!(uploads(&sim).len(), 2, "nothing more uploaded");
     assert_eq!(guarded.close().await, Some(0));
+}
+
+/// An image URL whose server drips its body one byte at a time never trips the per-chunk read
+/// timeout; only the download's total budget (shortened here to 1.5 s) frees its upload slot.
+/// Nine such sends hold more than every upload slot; a local file sent after them is still
+/// uploaded and stored, and each drip fails with a clear error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dripping_image_url_times_out_and_frees_its_upload_slot() {
+    let sim = sim().await;
+    let drip = slow_drip_server(std::time::Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let png = file(dir.path(), "cat.png", PNG);
+    let mut shim = Shim::spawn_with(
+        &sim,
+        &[
+            ("HERMES_ALLOW_PRIVATE_URLS", "1"),
+            ("CANON_HERMES_MEDIA_DOWNLOAD_MS", "1500"),
+        ],
+    );
+    shim.connect(&sim).await;
+    let mut drips = Vec::new();
+    for _ in 0..9 {
+        let id = shim
+            .send(
+                "adapter.send_media",
+                json!({"op": "image_url", "chat_id": DEFAULT_CONVERSATION, "url": drip,
+                       "caption": "Never ends", "reply_to": null, "metadata": null,
+                       "ctx": {}}),
+            )
+            .await;
+        drips.push(id);
+    }
+    let local = send_media(&mut shim, "image_file", &png, "A cat", json!({})).await;
+    assert_eq!(local["body"]["success"], true, "{local}");
+    assert_eq!(uploads(&sim).len(), 1, "only the local file was uploaded");
+    for id in drips {
+        let (reply, _) = shim.reply(&id).await;
+        assert_eq!(reply["body"]["success"], false, "{reply}");
+        let error = reply["body"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("took longer than 1.5 s"), "{reply}");
+    }
+    assert_eq!(shim.close().await, Some(0));
 }
 
 /// Reliability review L9: upload tasks are capped (at the shim's 64 requests in flight): with

@@ -1,7 +1,6 @@
-//! Helpers shared by `serve_handshake.rs`, `serve_lifecycle.rs`, `serve_turns.rs`,
-//! `serve_connect.rs`, `serve_signals.rs` and `serve_sends.rs`, on top of the fake shim of
-//! `shim_support.rs`: requests the shim makes, messages and faults injected into canon-sim, the
-//! group conversation and the journal.
+//! Helpers shared by the `serve_*.rs` tests, on top of the fake shim of `shim_support.rs`:
+//! requests the shim makes, messages and faults injected into canon-sim, the group
+//! conversation, the journal, and a media server that drips.
 
 use canon_sim::control::Injection;
 use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
@@ -125,4 +124,41 @@ pub(crate) fn assert_one_group(parts: &[(Option<String>, Value)], text: &str) ->
         }
     }
     base
+}
+
+/// A real HTTP server that answers every request with a 200 header announcing 100,000 bytes of
+/// PNG, then drips the body one byte every `every`, each byte well inside the transport's 30 s
+/// read timeout, until the client hangs up. Returns the URL of its one file.
+pub(crate) async fn slow_drip_server(every: std::time::Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("an address").port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match socket.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let header = "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\n\
+                              content-length: 100000\r\n\r\n";
+                if socket.write_all(header.as_bytes()).await.is_err() {
+                    return;
+                }
+                for &b in b"\x89PNG\r\n\x1a\n".iter().cycle() {
+                    tokio::time::sleep(every).await;
+                    if socket.write_all(&[b]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}/slow.png")
 }
