@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::config::{
-    CLOSING_PUBLISH_RETRY_DELAYS, DISPOSITION_RETRY_DELAYS, IDLE_LANES, MAX_DISPOSITION_RETRIES,
-    MAX_LANE_WRITES, NO_REPLY_RECORD_BUDGET, PREVIEW_WRITE_BUDGET,
+    CLOSING_PUBLISH_RETRY_DELAYS, DISPOSITION_RETRY_DELAYS, IDLE_LANES, JOURNAL_WAIT,
+    MAX_DISPOSITION_RETRIES, MAX_LANE_WRITES, NO_REPLY_RECORD_BUDGET, PREVIEW_WRITE_BUDGET,
 };
 use crate::inbox::InboxSink;
 use crate::Config;
@@ -29,6 +29,8 @@ enum LaneJob {
         client: CanonClient,
         effect: Effect,
         then: Option<(InboxSink, Vec<canon_inbox::Record>)>,
+        /// Resolves once the journal records this write must follow are on disk.
+        after: Option<oneshot::Receiver<()>>,
     },
     /// A response line to the shim, written once every earlier write of
     /// the lane finished (the closing publish happens inside `turn.complete`).
@@ -100,7 +102,7 @@ impl Writes {
 
     /// Queues a best-effort write in its conversation's lane.
     pub(crate) fn write(&mut self, client: CanonClient, effect: Effect) {
-        self.write_then(client, effect, None);
+        self.write_then(client, effect, None, None);
     }
 
     /// [`Writes::write`], then `records` to the journal once the write landed or Canon
@@ -113,7 +115,18 @@ impl Writes {
         sink: InboxSink,
         records: Vec<canon_inbox::Record>,
     ) {
-        self.write_then(client, effect, Some((sink, records)));
+        self.write_then(client, effect, Some((sink, records)), None);
+    }
+
+    /// [`Writes::write`] once `written` resolves (the journal holds the records the write must
+    /// follow), waiting at most [`JOURNAL_WAIT`]: a slow disk delays the write, never drops it.
+    pub(crate) fn write_after(
+        &mut self,
+        client: CanonClient,
+        effect: Effect,
+        written: oneshot::Receiver<()>,
+    ) {
+        self.write_then(client, effect, None, Some(written));
     }
 
     fn write_then(
@@ -121,6 +134,7 @@ impl Writes {
         client: CanonClient,
         effect: Effect,
         then: Option<(InboxSink, Vec<canon_inbox::Record>)>,
+        after: Option<oneshot::Receiver<()>>,
     ) {
         let conversation = write_conversation(&effect).to_owned();
         if !self.touched.contains(&conversation) {
@@ -142,6 +156,7 @@ impl Writes {
                 client,
                 effect,
                 then,
+                after,
             },
         );
     }
@@ -276,7 +291,14 @@ async fn run_lane(
     retrying: Arc<AtomicUsize>,
     (mut exiting, preview_budget): (watch::Receiver<bool>, Duration),
 ) {
-    while let Some(job) = jobs.recv().await {
+    while let Some(mut job) = jobs.recv().await {
+        if let LaneJob::Write { after, .. } = &mut job {
+            if let Some(written) = after.take() {
+                if tokio::time::timeout(JOURNAL_WAIT, written).await.is_err() {
+                    tracing::warn!("the inbox journal is slow; writing to Canon without waiting");
+                }
+            }
+        }
         match job {
             LaneJob::Write { client, effect, .. } if is_preview(&effect) => {
                 if !*exiting.borrow() {
@@ -299,6 +321,7 @@ async fn run_lane(
                 client,
                 effect,
                 then,
+                ..
             } => {
                 let settled = write_one(client, effect, &retrying).await;
                 if let (true, Some((sink, records))) = (settled, then) {
@@ -322,7 +345,13 @@ async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsi
             "closing runtime turn",
             publish_closing(&client, update).await,
         ),
-        Effect::PublishTurn(update) => ("runtime turn", client.publish_turn(update).await),
+        Effect::PublishTurn(update) => {
+            let published = client.publish_turn(update).await;
+            if published.is_ok() {
+                crate::faults::crash_point("turn.published");
+            }
+            ("runtime turn", published)
+        }
         Effect::Streaming(update) => ("streaming", client.streaming(update).await),
         Effect::Typing(typing) => ("typing", client.set_typing(typing).await),
         Effect::MarkRead { conversation_id } => ("read", client.mark_read(conversation_id).await),

@@ -25,6 +25,11 @@ pub const EXIT_GRACE: Duration = Duration::from_secs(5);
 /// delay an answer by half a minute.
 pub const PREVIEW_WRITE_BUDGET: Duration = Duration::from_secs(5);
 
+/// How long a Canon write that must follow journal records (a turn's first open state) waits
+/// for them to reach the disk before it goes anyway: an `fdatasync` takes milliseconds, and a
+/// stuck disk must not freeze the conversation's writes.
+pub const JOURNAL_WAIT: Duration = Duration::from_secs(2);
+
 /// Budget of the `no_reply` silence record (turns.md §8.4).
 pub const NO_REPLY_RECORD_BUDGET: Duration = Duration::from_secs(3);
 

@@ -1,7 +1,7 @@
 //! Crash points for the crash tests: with `Config::crash_point` set (the environment variable
 //! `CANON_HERMES_CRASH_POINT`, never in production), the daemon kills itself with SIGKILL — a
-//! real `kill -9`, no destructor, no flush — the first time it reaches that named step of a
-//! detached approval. A marker file `<CANON_HOME>/.crash-<point>` makes it fire once per Canon
+//! real `kill -9`, no destructor, no flush — the first time it reaches that named step (of a
+//! detached approval or a turn). A marker file `<CANON_HOME>/.crash-<point>` makes it fire once per Canon
 //! home, so a daemon started again with the same environment goes on.
 //!
 //! | point | where |
@@ -13,6 +13,7 @@
 //! | `wake.claimed` | the wake lease is on disk, the wake not handed to Hermes |
 //! | `wake.handed` | Hermes accepted the wake, the lease not finished |
 //! | `turn.complete` | the shim's `turn.complete` arrived, nothing of it handled |
+//! | `turn.published` | Canon took a turn's open (non-closing) state, before any other write |
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

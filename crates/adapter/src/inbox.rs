@@ -11,7 +11,9 @@
 //! loop. The session's records arrive in order over a channel; a burst is written as one append
 //! with one `fdatasync`. Dropping the writer flushes what is queued and joins the thread (a
 //! graceful exit loses nothing; a crash loses at most the records still queued, which only makes
-//! the next start replay a little more, and the shim drops a message Hermes already took).
+//! the next start replay a little more, and the shim drops a message Hermes already took). A
+//! write that must follow its records (a turn's first open state on Canon) waits for the
+//! writer's acknowledgement ([`InboxWriter::write_acked`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -284,9 +286,12 @@ pub(crate) struct InboxWriter {
     thread: Option<JoinHandle<()>>,
 }
 
+/// One batch for the writer thread, and whom to tell once it is on disk (or the append failed).
+type Batch = (Vec<Record>, Option<tokio::sync::oneshot::Sender<()>>);
+
 /// The writer thread's channel, shared with the [`InboxSink`]s; emptied when the writer drops,
 /// so no sink keeps the thread alive past it.
-type Sink = Arc<Mutex<Option<mpsc::Sender<Vec<Record>>>>>;
+type Sink = Arc<Mutex<Option<mpsc::Sender<Batch>>>>;
 
 /// A handle that queues records for the journal from elsewhere (a Canon write lane, once its
 /// write landed). Records queued after the writer dropped are lost, as a crash would lose
@@ -297,9 +302,13 @@ pub(crate) struct InboxSink(Sink);
 impl InboxSink {
     /// Queues records for the journal, if it is still open.
     pub(crate) fn write(&self, records: Vec<Record>) {
+        self.send((records, None));
+    }
+
+    fn send(&self, batch: Batch) {
         let tx = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(tx) = tx.as_ref() {
-            if tx.send(records).is_err() {
+            if tx.send(batch).is_err() {
                 tracing::error!("the inbox writer stopped; records dropped");
             }
         }
@@ -359,6 +368,15 @@ impl InboxWriter {
         self.sink().write(records);
     }
 
+    /// Queues records for the journal; the receiver resolves once they are on disk, or the
+    /// append failed, or the writer is gone (the caller waits for the attempt, not success:
+    /// a failing disk must not stop what waits on it).
+    pub(crate) fn write_acked(&self, records: Vec<Record>) -> tokio::sync::oneshot::Receiver<()> {
+        let (done, written) = tokio::sync::oneshot::channel();
+        self.sink().send((records, Some(done)));
+        written
+    }
+
     /// A handle that queues records for this journal while it is open.
     pub(crate) fn sink(&self) -> InboxSink {
         InboxSink(Arc::clone(&self.tx))
@@ -374,14 +392,20 @@ impl Drop for InboxWriter {
     }
 }
 
-fn write_loop(mut journal: Journal, rx: mpsc::Receiver<Vec<Record>>) {
+fn write_loop(mut journal: Journal, rx: mpsc::Receiver<Batch>) {
     let mut failing = false;
-    while let Ok(mut batch) = rx.recv() {
-        while let Ok(more) = rx.try_recv() {
+    while let Ok((mut batch, first)) = rx.recv() {
+        let mut waiting: Vec<_> = first.into_iter().collect();
+        while let Ok((more, done)) = rx.try_recv() {
             batch.extend(more);
+            waiting.extend(done);
         }
         let batch = coalesce(batch);
-        match journal.append(&batch) {
+        let appended = journal.append(&batch);
+        for done in waiting {
+            let _ = done.send(());
+        }
+        match appended {
             Ok(()) => {
                 if failing {
                     tracing::info!(path = %journal.path().display(), "inbox writes work again");

@@ -68,6 +68,16 @@ pub enum SessionEffect {
         /// What the journal gets after it.
         records: Vec<canon_inbox::Record>,
     },
+    /// Append `records` to the inbox's journal, then make the best-effort Canon write once
+    /// they are on disk (or the journal gave up on them): a turn's first open state, so a
+    /// daemon killed right after Canon took it leaves a successor the record to close it by.
+    /// Without a journal, the write alone.
+    JournalThenCanon {
+        /// What the journal gets first.
+        records: Vec<canon_inbox::Record>,
+        /// The write.
+        effect: Effect,
+    },
     /// Stop these blocking interactions' tasks (by table key): they stop
     /// polling and cancel their interaction on Canon.
     CancelHitl(Vec<u64>),
@@ -880,14 +890,20 @@ impl Session {
                 self.inbox_resynced(resync.open_turns.iter().map(|t| t.session_key.as_str()));
                 let open_turns = requests::resync_turns(resync.open_turns);
                 let delivered_turns = requests::resync_turns(resync.delivered_turns);
-                self.feed(
+                let mut effects = self.feed(
                     Input::Resync {
                         request,
                         open_turns,
                         delivered_turns,
                     },
                     now_ms,
-                )
+                );
+                // The resync handed over every turn the gateway still runs; a Canon turn the
+                // journal holds open beyond those (a predecessor killed inside `turn.start`,
+                // whose resent start opens a new turn) would show "working" until Canon's
+                // staleness sweep, so it is closed now.
+                effects.extend(self.inbox_close_abandoned(now_ms));
+                effects
             }
             ShimRequest::ApiInboundMedia(call) => vec![self.inbound_media(id, re, &call, now_ms)],
             ShimRequest::ApiCall(call) => self.api_call(id, re, call, now_ms),

@@ -1805,7 +1805,12 @@ impl TurnMachine {
                 true,
                 resolve_turn_verbosity(config.verbosity, ConversationType::Unknown),
             );
-            if !cleared.contains(&abandoned.conversation_id) {
+            // The live node of a conversation where a turn of this run goes on is that turn's.
+            let live = |t: &Turn| t.conversation_id == abandoned.conversation_id;
+            if !cleared.contains(&abandoned.conversation_id)
+                && !self.sessions.values().any(live)
+                && !self.closing.iter().any(live)
+            {
                 cleared.push(abandoned.conversation_id.clone());
                 out.push(Effect::Streaming(StreamingUpdate::Clear {
                     conversation_id: abandoned.conversation_id.clone(),

@@ -505,6 +505,21 @@ impl Driver {
                     (None, _) => tracing::debug!("best-effort write skipped: not connected"),
                 }
             }
+            SessionEffect::JournalThenCanon { records, effect } => {
+                match (self.client.clone(), &self.inbox) {
+                    (Some(client), Some(inbox)) => {
+                        let written = inbox.write_acked(records);
+                        self.writes.write_after(client, effect, written);
+                    }
+                    (Some(client), None) => self.writes.write(client, effect),
+                    (None, inbox) => {
+                        if let Some(inbox) = inbox {
+                            inbox.write(records);
+                        }
+                        tracing::debug!("best-effort write skipped: not connected");
+                    }
+                }
+            }
             SessionEffect::CancelHitl(keys) => self.cancel_hitl(keys),
             SessionEffect::ForgetHitl(key) => {
                 self.hitl_cancels.remove(&key);

@@ -295,6 +295,93 @@ async fn a_canon_home_that_cannot_be_opened_refuses_the_connect_as_retryable() {
     assert_eq!(retried["body"]["connected"], json!(true), "{retried}");
 }
 
+/// A daemon killed inside `turn.start`, after Canon took the turn's open state and before the
+/// shim got the turn id: the shim tracks a turn only from that answer, so it resends the start
+/// to the respawned daemon, which opens a new turn. The first turn's record reached the journal
+/// before Canon saw the turn, and no turn the resync handed over is that one, so the resync
+/// closes it (it would otherwise show the agent working until Canon's staleness sweep); the
+/// new turn goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_opened_by_a_daemon_killed_inside_turn_start_is_closed_after_the_resync() {
+    use super::shim_support::{dm_event, start_turn, SESSION};
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    let home_text = home.to_str().expect("a UTF-8 temp dir");
+    let armed = [
+        ("CANON_HOME", home_text),
+        ("CANON_HERMES_CRASH_POINT", "turn.published"),
+    ];
+    let mut first = Shim::spawn_with(&sim, &armed);
+    first.connect(&sim).await;
+    inject_text(&sim, "cut off inside turn.start");
+    let inbound = first.accept_inbound().await;
+    let event_ref = inbound["body"]["event_ref"]
+        .as_str()
+        .expect("a ref")
+        .to_owned();
+    let message_id = inbound["body"]["event"]["message_id"]
+        .as_str()
+        .expect("a message id")
+        .to_owned();
+    let start = first
+        .send(
+            "turn.start",
+            json!({"event_ref": event_ref, "session_key": SESSION,
+                   "event": dm_event(message_id.as_str())}),
+        )
+        .await;
+    let last_frames = first.remaining_frames().await;
+    assert!(
+        !last_frames.iter().any(|f| f["id"] == json!(start)),
+        "killed before answering the start: {last_frames:?}"
+    );
+    let opened: Vec<String> = sim.read_state(|s| {
+        s.turn_history
+            .iter()
+            .filter_map(|t| t["turnId"].as_str().map(str::to_owned))
+            .collect()
+    });
+    let [cut_off] = opened.as_slice() else {
+        panic!("one turn told open before the kill: {opened:?}");
+    };
+    assert_eq!(states_of(&sim, cut_off), ["thinking"]);
+
+    // The shim's respawn: hello, a reconnect, the resync (nothing open yet), the start again.
+    let mut respawned = Shim::spawn_with(&sim, &armed);
+    assert_eq!(respawned.hello().await["ok"], true);
+    let connect = respawned
+        .request(
+            "adapter.connect",
+            json!({"is_reconnect": true, "adapter_instance": 1,
+                   "config": {"extra": {}, "typing_indicator": true},
+                   "host": {"streaming_enabled": true}}),
+        )
+        .await;
+    assert_eq!(connect["body"]["connected"], true, "{connect}");
+    let resynced = respawned
+        .request(
+            "resync",
+            json!({"adapter_connected": true, "open_turns": [], "queue_depths": {},
+                   "delivered_turns": []}),
+        )
+        .await;
+    assert_eq!(resynced["ok"], true, "{resynced}");
+    let again = start_turn(&mut respawned, &event_ref, message_id.as_str()).await;
+    assert_ne!(&again, cut_off);
+    let deadline = Instant::now() + WAIT;
+    while states_of(&sim, cut_off) != ["thinking", "completed"] {
+        assert!(
+            Instant::now() < deadline,
+            "the cut-off turn was never closed: {:?}",
+            states_of(&sim, cut_off)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(states_of(&sim, &again), ["thinking"]);
+    assert_eq!(respawned.close().await, Some(0));
+}
+
 /// The states Canon got for turn `turn_id`, in order.
 fn states_of(sim: &canon_sim::SimHandle, turn_id: &str) -> Vec<String> {
     sim.read_state(|s| {

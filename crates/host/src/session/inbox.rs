@@ -127,10 +127,10 @@ impl Session {
         };
     }
 
-    /// A first connect of the gateway (not a reconnect, nor a respawned daemon's): no turn of
-    /// an earlier run goes on, so the Canon turns a predecessor left open are closed. A
-    /// respawned daemon keeps them: the shim hands over the turns that still run, and the
-    /// ones it does not stay in the journal for the gateway's next start.
+    /// The Canon turns a predecessor left open and no turn of this run took over are closed:
+    /// at a first connect of the gateway (no turn of an earlier run goes on), and after a
+    /// respawned daemon's resync (the shim handed over every turn that still runs). A
+    /// reconnect alone closes nothing: the resync that follows it decides.
     pub(super) fn inbox_close_abandoned(&mut self, now_ms: u64) -> Vec<SessionEffect> {
         let abandoned = std::mem::take(&mut self.inbox.abandoned);
         if abandoned.is_empty() {
@@ -140,8 +140,9 @@ impl Session {
     }
 
     /// A turn-state publish of the turn machine, journaled: the first open state of a turn is
-    /// recorded before it is sent (a crash right after the send still leaves the record), a
-    /// closing state after it landed ([`SessionEffect::CanonJournaled`]).
+    /// sent once its record is on disk ([`SessionEffect::JournalThenCanon`]: a crash right after
+    /// the send still leaves the record), a closing state recorded after it landed
+    /// ([`SessionEffect::CanonJournaled`]).
     pub(super) fn inbox_turn_published(
         &mut self,
         update: TurnUpdate,
@@ -157,16 +158,17 @@ impl Session {
                 records: vec![Record::RuntimeTurnClosed { turn_id }],
             }];
         }
-        let mut effects = Vec::with_capacity(2);
         if self.inbox.told_open.insert(turn_id.clone()) {
-            effects.push(SessionEffect::Inbox(vec![Record::RuntimeTurnOpened {
-                turn_id,
-                conversation_id: update.conversation_id.clone(),
-                opened_at_ms: update.opened_at.unwrap_or(now_ms),
-            }]));
+            return vec![SessionEffect::JournalThenCanon {
+                records: vec![Record::RuntimeTurnOpened {
+                    turn_id,
+                    conversation_id: update.conversation_id.clone(),
+                    opened_at_ms: update.opened_at.unwrap_or(now_ms),
+                }],
+                effect: Effect::PublishTurn(update),
+            }];
         }
-        effects.push(SessionEffect::Canon(Effect::PublishTurn(update)));
-        effects
+        vec![SessionEffect::Canon(Effect::PublishTurn(update))]
     }
 
     /// A turn starts (`turn.start` or a dequeue). A gateway stopped mid-turn resumes that

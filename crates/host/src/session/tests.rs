@@ -413,7 +413,8 @@ fn describe(effect: &SessionEffect) -> String {
         }
         SessionEffect::Canon(other) => format!("canon {other:?}"),
         // Described as the write (the journal record after it is the inbox tests' business).
-        SessionEffect::CanonJournaled { effect, .. } => {
+        SessionEffect::CanonJournaled { effect, .. }
+        | SessionEffect::JournalThenCanon { effect, .. } => {
             describe(&SessionEffect::Canon(effect.clone()))
         }
     }
@@ -1151,7 +1152,11 @@ fn a_merged_message_is_answered_by_the_turn_it_joined() {
     let active: Vec<Vec<String>> = effects
         .iter()
         .filter_map(|e| match e {
-            SessionEffect::Canon(Effect::PublishTurn(update)) => update.active_message_ids.clone(),
+            SessionEffect::Canon(Effect::PublishTurn(update))
+            | SessionEffect::JournalThenCanon {
+                effect: Effect::PublishTurn(update),
+                ..
+            } => update.active_message_ids.clone(),
             _ => None,
         })
         .collect();

@@ -28,7 +28,9 @@ fn records(effects: &[SessionEffect]) -> Vec<Record> {
     effects
         .iter()
         .filter_map(|e| match e {
-            SessionEffect::Inbox(records) => Some(records.clone()),
+            SessionEffect::Inbox(records) | SessionEffect::JournalThenCanon { records, .. } => {
+                Some(records.clone())
+            }
             _ => None,
         })
         .flatten()
@@ -245,7 +247,11 @@ fn published_active(effects: &[SessionEffect]) -> Vec<String> {
     effects
         .iter()
         .find_map(|e| match e {
-            SessionEffect::Canon(Effect::PublishTurn(update)) => update.active_message_ids.clone(),
+            SessionEffect::Canon(Effect::PublishTurn(update))
+            | SessionEffect::JournalThenCanon {
+                effect: Effect::PublishTurn(update),
+                ..
+            } => update.active_message_ids.clone(),
             _ => None,
         })
         .unwrap_or_default()
@@ -724,42 +730,43 @@ fn a_queued_approval_wake_is_delivered_when_its_turn_starts_and_put_back_by_a_st
     assert_ne!(stopped_ref, wake_ref);
 }
 
-/// The records a turn's publishes leave: its first open state is journaled once, before the
-/// publish; its closing publish carries its closed record, which the shell journals only after
-/// the write landed.
+/// The records a turn's publishes leave: its first open state is journaled once, and the
+/// publish waits for that record to be on disk; its closing publish carries its closed record,
+/// which the shell journals only after the write landed.
 #[test]
 fn a_canon_turn_is_journaled_open_once_and_closed_after_its_closing_publish() {
     let mut daemon = Daemon::connected();
     daemon.connect();
     let started = daemon.handle_effects(turn_start_line("t1", "c1", Some("m-1")));
-    let opened: Vec<(usize, Record)> = started
+    let opened: Vec<(Record, &Effect)> = started
         .iter()
-        .enumerate()
-        .filter_map(|(i, e)| match e {
-            SessionEffect::Inbox(records) => records
+        .filter_map(|e| match e {
+            SessionEffect::JournalThenCanon { records, effect } => records
                 .iter()
                 .find(|r| matches!(r, Record::RuntimeTurnOpened { .. }))
-                .map(|r| (i, r.clone())),
+                .map(|r| (r.clone(), effect)),
             _ => None,
         })
         .collect();
     let [(
-        at,
         Record::RuntimeTurnOpened {
             turn_id,
             conversation_id,
             ..
         },
+        Effect::PublishTurn(publish),
     )] = opened.as_slice()
     else {
-        panic!("one open record: {started:?}");
+        panic!("one open record, the opening publish after it: {started:?}");
     };
     assert_eq!(conversation_id, "c1");
-    let publish = started
-        .iter()
-        .position(|e| matches!(e, SessionEffect::Canon(Effect::PublishTurn(_))))
-        .expect("the opening publish");
-    assert!(*at < publish, "journaled before it is sent");
+    assert_eq!(publish.turn_id.as_deref(), Some(turn_id.as_str()));
+    assert!(
+        !started
+            .iter()
+            .any(|e| matches!(e, SessionEffect::Canon(Effect::PublishTurn(_)))),
+        "the opening publish is sent only behind its record: {started:?}"
+    );
     let edit = protocol::encode_request(
         "t2",
         "adapter.edit",
