@@ -245,6 +245,41 @@ impl Journal {
     }
 }
 
+/// Records one stream gap (`last`, as the session describes it) in `home`'s gap record of
+/// `scope` (`canon_inbox::gaps`), counting on top of what the file held: temp file, `fsync`,
+/// rename. A record it cannot read is started again; a failure is logged, never fatal (the
+/// gap was logged at WARN already). Blocking: call it off the daemon's loop.
+pub(crate) fn record_gap(
+    home: &Path,
+    scope: &str,
+    last: serde_json::Map<String, serde_json::Value>,
+) {
+    use canon_inbox::gaps::{self, GapRecord};
+    let path = home.join(gaps::file_name(scope));
+    let previous = fs::symlink_metadata(&path)
+        .ok()
+        .filter(|meta| meta.is_file() && meta.len() <= gaps::MAX_BYTES as u64)
+        .and_then(|_| fs::read_to_string(&path).ok())
+        .and_then(|text| GapRecord::parse(&text).ok());
+    let record = GapRecord::next(previous.as_ref(), last);
+    let temp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    let _ = fs::remove_file(&temp);
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(&temp)
+        .and_then(|mut out| {
+            out.write_all(record.render().as_bytes())?;
+            out.sync_all()
+        })
+        .and_then(|()| fs::rename(&temp, &path));
+    if let Err(error) = written {
+        let _ = fs::remove_file(&temp);
+        tracing::warn!(path = %path.display(), %error, "the stream gap could not be recorded");
+    }
+}
+
 /// Takes the lock file's `flock`, polling until `wait` is over.
 fn lock_file(path: &Path, wait: Duration) -> Result<File, InboxError> {
     let open_error = |source| InboxError::Open {

@@ -243,11 +243,89 @@ fn run(args: &DoctorArgs, env: &HostEnv, profile: &hermes::Profile, report: &mut
         report.check("Canon environment", value, ok);
     }
 
+    // After the table of cli.md §9: the stream gaps the daemon recorded, only when there are.
+    if let Some(paths) = CanonPaths::from_env(&lookup, env.home.as_deref()) {
+        event_gaps(&paths.canon_home, report);
+    }
+
     if let Some(facts) = facts {
         for warning in crate::install::warnings(facts) {
             report.hint(warning);
         }
     }
+}
+
+/// The gap records of `canon_home` (`canon_inbox::gaps`, one per agent and Canon origin the
+/// daemon served): when Canon's event replay expired, messages sent in the window were never
+/// delivered, and the daemon cannot fetch them; the operator hears of it here. No line when no
+/// gap was ever recorded; informational (it never fails readiness).
+fn event_gaps(canon_home: &Path, report: &mut Report<'_>) {
+    use canon_inbox::gaps::{GapRecord, MAX_BYTES};
+    let Ok(entries) = std::fs::read_dir(canon_home) else {
+        return;
+    };
+    let mut records: Vec<GapRecord> = entries
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("event-gaps-") && name.ends_with(".json")
+        })
+        .filter(|entry| {
+            entry
+                .metadata()
+                .is_ok_and(|m| m.is_file() && m.len() <= MAX_BYTES as u64)
+        })
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .filter_map(|text| GapRecord::parse(&text).ok())
+        .collect();
+    if records.is_empty() {
+        return;
+    }
+    let total: u64 = records.iter().map(|r| r.gaps).sum();
+    records.sort_by(|a, b| {
+        let to = |r: &GapRecord| r.last.get("to").and_then(Value::as_str).map(str::to_owned);
+        to(a).cmp(&to(b))
+    });
+    let last = &records[records.len() - 1].last;
+    let text = |key: &str| last.get(key).and_then(Value::as_str);
+    let window = match (text("from"), text("to")) {
+        (Some(from), Some(to)) => format!("between {from} and {to}"),
+        (None, Some(to)) => format!("before {to}"),
+        _ => "at an unknown time".to_owned(),
+    };
+    let conversations: Vec<&str> = last
+        .get("conversationIds")
+        .and_then(Value::as_array)
+        .map(|ids| ids.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let more = last
+        .get("moreConversations")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let mut named = conversations.join(", ");
+    if more > 0 {
+        named.push_str(&format!(" and {more} more"));
+    }
+    if named.is_empty() {
+        named = "no conversation known".to_owned();
+    }
+    let times = if total == 1 { "once" } else { "times" };
+    let count = if total == 1 {
+        String::new()
+    } else {
+        format!("{total} ")
+    };
+    report.check(
+        "Missed Canon events",
+        format!("{count}{times}; last {window} in {named}"),
+        true,
+    );
+    report.hint(format!(
+        "⚠ Canon's event replay expired {count}{times}: messages sent in those conversations \
+         {window} may never have reached the agent (Canon does not send them again). Look there \
+         for unanswered messages."
+    ));
 }
 
 /// Lines 3 and 4: the Hermes package (its distribution version, else `source checkout` when

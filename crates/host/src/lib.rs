@@ -18,6 +18,8 @@
 //!   capture registry).
 //! * [`api`]: the domain-plugin API calls the daemon answers
 //!   (runtime-control.md §7).
+//! * [`gaps`]: the event-stream gaps the daemon detects (Canon's replay
+//!   expired), so none stays silent.
 //! * [`credentials`]: what the session knows of the daemon's Canon
 //!   credentials, and when it has them resolved again with the platform
 //!   config of a connect or a probe (cli.md §5.1).
@@ -57,6 +59,7 @@ pub mod conversations;
 pub mod credentials;
 pub mod delivery;
 pub mod detached;
+pub mod gaps;
 pub mod hitl;
 pub mod inbound;
 pub mod media;

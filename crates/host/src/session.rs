@@ -68,6 +68,8 @@ pub enum SessionEffect {
         /// What the journal gets after it.
         records: Vec<canon_inbox::Record>,
     },
+    /// A gap in the event stream was detected (and logged): record it where `doctor` reads it.
+    StreamGap(crate::gaps::StreamGap),
     /// Append `records` to the inbox's journal, then make the best-effort Canon write once
     /// they are on disk (or the journal gave up on them): a turn's first open state, so a
     /// daemon killed right after Canon took it leaves a successor the record to close it by.
@@ -285,7 +287,7 @@ pub enum StreamStep {
     Inbound(InboundStep),
     /// Consume this conversation's runtime signal now (the doorbell).
     Ring(String),
-    /// Re-fetch the conversation list (the event replay expired).
+    /// The event replay expired: a gap to report, and the conversation list to re-fetch.
     Refetch,
 }
 
@@ -408,6 +410,8 @@ pub struct Session {
     communicate_offered: bool,
     /// The durable inbox's tickets, holds and handled ids.
     inbox: inbox::InboxState,
+    /// The stream's detected gaps (Canon's replay expired).
+    pub event_gaps: crate::gaps::EventGaps,
 }
 
 /// What a finished conversation re-fetch means.
@@ -452,6 +456,7 @@ impl Default for Session {
             wakes: detached::WakesInFlight::default(),
             communicate_offered: false,
             inbox: inbox::InboxState::default(),
+            event_gaps: crate::gaps::EventGaps::default(),
         }
     }
 }

@@ -18,6 +18,8 @@
 //!   change, the header naming the format version and the scope (agent and Canon origin), the
 //!   parser that drops a last line a crash cut short and refuses anything else it did not write
 //!   (with the line number), and the compacted snapshot.
+//! * [`gaps`]: the record of the stream's gaps, `<CANON_HOME>/event-gaps-<scope>.json` (Canon's
+//!   replay expired, so messages in between were never sent), which an operator's tools read.
 //!
 //! The crate is pure: no I/O, no clock, no randomness; it depends on no async runtime, HTTP
 //! crate or other workspace crate, and never logs. The file (lock, append, `fdatasync`, atomic
@@ -28,6 +30,7 @@
 pub struct ReadmeDoctests;
 
 pub mod format;
+pub mod gaps;
 pub mod tracker;
 
 pub use format::{scope_key, Loaded};

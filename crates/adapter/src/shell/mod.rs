@@ -505,6 +505,21 @@ impl Driver {
                     (None, _) => tracing::debug!("best-effort write skipped: not connected"),
                 }
             }
+            SessionEffect::StreamGap(gap) => {
+                if let (Some(home), Some(inbox)) = (self.config.canon_home.clone(), &self.inbox) {
+                    let scope = inbox.scope().to_owned();
+                    let last = match gap.to_json() {
+                        serde_json::Value::Object(last) => last,
+                        _ => serde_json::Map::new(),
+                    };
+                    self.spawn_background(async move {
+                        let _ = tokio::task::spawn_blocking(move || {
+                            crate::inbox::record_gap(&home, &scope, last)
+                        })
+                        .await;
+                    });
+                }
+            }
             SessionEffect::JournalThenCanon { records, effect } => {
                 match (self.client.clone(), &self.inbox) {
                     (Some(client), Some(inbox)) => {

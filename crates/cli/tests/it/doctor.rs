@@ -293,6 +293,47 @@ fn a_ready_profile_passes_every_check_and_doctor_changes_nothing() {
     assert!(stdout(&alias).contains("Check Canon Hermes plugin setup"));
 }
 
+/// The daemon recorded gaps in the event stream (Canon's replay expired, so messages in the
+/// window were never delivered): doctor reports them after the table, with the window and the
+/// conversations of the last one, and a hint; readiness is unchanged. Records of two agents of
+/// the Canon home are counted together, an unreadable one is skipped.
+#[test]
+fn recorded_stream_gaps_get_a_line_and_a_hint() {
+    use canon_inbox::gaps::{file_name, GapRecord};
+    let s = Scratch::ready();
+    let gap = |gaps, to: &str| GapRecord {
+        gaps,
+        last: json!({"count": 1, "from": "2026-12-07T10:00:00.000Z", "to": to,
+                     "conversationIds": ["c1", "c2"], "moreConversations": 0})
+        .as_object()
+        .cloned()
+        .expect("an object"),
+    };
+    let write = |scope: &str, record: &GapRecord| {
+        fs::write(s.canon_home.join(file_name(scope)), record.render()).expect("a record");
+    };
+    write("a", &gap(2, "2026-12-07T10:05:00.000Z"));
+    write("b", &gap(1, "2026-12-07T09:00:00.000Z"));
+    fs::write(s.canon_home.join(file_name("c")), "not a record").expect("junk");
+    let out = s.doctor(&[]);
+    let window = "between 2026-12-07T10:00:00.000Z and 2026-12-07T10:05:00.000Z";
+    let mut want = ready_lines(&s, &format!("yes {PROFILE}"));
+    let last = want.len() - 1;
+    want.insert(
+        last,
+        format!("Missed Canon events: 3 times; last {window} in c1, c2"),
+    );
+    want.insert(
+        last + 1,
+        format!(
+            "⚠ Canon's event replay expired 3 times: messages sent in those conversations \
+             {window} may never have reached the agent (Canon does not send them again). Look \
+             there for unanswered messages."
+        ),
+    );
+    assert_doctor(&out, &want);
+}
+
 #[test]
 fn a_fresh_profile_needs_install_and_credentials_and_is_left_as_it_was() {
     let s = Scratch::new();

@@ -382,6 +382,59 @@ async fn a_turn_opened_by_a_daemon_killed_inside_turn_start_is_closed_after_the_
     assert_eq!(respawned.close().await, Some(0));
 }
 
+/// Canon's replay buffer no longer holds the cursor the daemon resumes from: the message sent
+/// while it was down is never delivered (Canon answers `replay.expired` and goes on from its
+/// newest event; there is no call that returns the gap's messages). The daemon says so: the
+/// gap, with the agent's conversations, is recorded in the Canon home, where `doctor` reads
+/// it, and the stream goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_replay_is_recorded_for_the_operator() {
+    use canon_inbox::gaps::GapRecord;
+    let sim = sim().await;
+    let scratch = tempfile::tempdir().expect("scratch");
+    let home = scratch.path().join("canon");
+    let mut first = spawn(&sim, &home);
+    first.connect(&sim).await;
+    inject_text(&sim, "before the gap");
+    first.accept_inbound().await;
+    wait_handled(&home, 1).await;
+    assert_eq!(first.close().await, Some(0));
+    sim.expire_replay_buffer(canon_sim::DEFAULT_AGENT);
+    inject_text(&sim, "lost in the gap");
+
+    let mut second = spawn(&sim, &home);
+    second.connect(&sim).await;
+    let record = |home: &Path| -> Option<GapRecord> {
+        std::fs::read_dir(home)
+            .ok()?
+            .filter_map(Result::ok)
+            .find(|e| e.file_name().to_string_lossy().starts_with("event-gaps-"))
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+            .and_then(|text| GapRecord::parse(&text).ok())
+    };
+    let deadline = Instant::now() + WAIT;
+    let gap = loop {
+        if let Some(gap) = record(&home) {
+            break gap;
+        }
+        assert!(Instant::now() < deadline, "no gap was recorded");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    assert_eq!(gap.gaps, 1);
+    assert_eq!(
+        gap.last["conversationIds"],
+        json!([canon_sim::DEFAULT_CONVERSATION])
+    );
+    assert_eq!(
+        gap.last["from"],
+        Value::Null,
+        "this daemon saw no event before it"
+    );
+    inject_text(&sim, "after the gap");
+    assert_eq!(text_of(&second.accept_inbound().await), "after the gap");
+    assert_eq!(second.close().await, Some(0));
+}
+
 /// The states Canon got for turn `turn_id`, in order.
 fn states_of(sim: &canon_sim::SimHandle, turn_id: &str) -> Vec<String> {
     sim.read_state(|s| {

@@ -303,7 +303,7 @@ impl Session {
                 tracing::warn!("dropped a frame above the size limit");
                 Vec::new()
             }
-            SessionInput::StreamEvent(kind) => self.event(kind),
+            SessionInput::StreamEvent(kind) => self.event(kind, now_ms),
             SessionInput::StreamFrame { id, kind } if !canon_wire::sse::usable_cursor(&id) => {
                 // An id that cannot be sent back as `Last-Event-ID` never becomes the durable
                 // cursor (the stream client keeps its previous one too): the frame is handled as
@@ -316,12 +316,12 @@ impl Session {
                 if self.inbox_already_handled(&kind) {
                     return Vec::new();
                 }
-                self.event(kind)
+                self.event(kind, now_ms)
             }
             SessionInput::StreamFrame { id, kind } => {
                 let mut effects = Vec::new();
                 if self.inbox_arrived(&id, &kind, &mut effects).is_some() {
-                    effects.extend(self.event(kind));
+                    effects.extend(self.event(kind, now_ms));
                     self.inbox_frame_done(&mut effects);
                 }
                 effects
@@ -888,8 +888,16 @@ impl Session {
         effects
     }
 
-    /// One stream event.
-    fn event(&mut self, kind: EventKind) -> Vec<SessionEffect> {
+    /// One stream event, arrived at `now_ms`.
+    fn event(&mut self, kind: EventKind, now_ms: u64) -> Vec<SessionEffect> {
+        // A gap's window starts at the last event of a conversation: the frames every stream
+        // opens with (`connected`, `agent.context`) say nothing about what was received.
+        let activity = matches!(
+            kind,
+            EventKind::MessageCreated(_)
+                | EventKind::ConversationUpdated { .. }
+                | EventKind::RuntimeControl { .. }
+        );
         let (step, keys_changed) = self.stream_event(kind);
         let mut effects = Vec::new();
         if keys_changed {
@@ -899,7 +907,15 @@ impl Session {
             StreamStep::Nothing => {}
             StreamStep::Inbound(step) => effects.extend(self.inbound(step)),
             StreamStep::Ring(conversation_id) => effects.push(SessionEffect::Ring(conversation_id)),
-            StreamStep::Refetch => effects.push(SessionEffect::Refetch(self.start_refetch())),
+            StreamStep::Refetch => {
+                // The window runs from the last event before this one.
+                let gap = self.event_gaps.expired(self.conversations.ids(), now_ms);
+                effects.push(SessionEffect::StreamGap(gap));
+                effects.push(SessionEffect::Refetch(self.start_refetch()));
+            }
+        }
+        if activity {
+            self.event_gaps.event_at(now_ms);
         }
         effects
     }

@@ -298,6 +298,7 @@ fn describe(effect: &SessionEffect) -> String {
             )
         }
         SessionEffect::Inbox(records) => format!("inbox {records:?}"),
+        SessionEffect::StreamGap(gap) => format!("stream gap {}", gap.to_json()),
         SessionEffect::CancelHitl(keys) => format!("cancel hitl {keys:?}"),
         SessionEffect::ForgetHitl(key) => format!("forget hitl {key}"),
         SessionEffect::StartHitl { id, re, start } => {

@@ -104,7 +104,7 @@ pub fn tool_result_frame(id: &str, re: &str, result: String) -> SessionEffect {
 
 impl Session {
     /// `current_canon_runtime_health()` of `conversation` (durable-endpoint.md §11.1).
-    fn runtime_health(&self, conversation: &str) -> Value {
+    fn runtime_health(&self, conversation: &str, now_ms: u64) -> Value {
         let open_turns = self
             .sessions
             .iter()
@@ -112,12 +112,22 @@ impl Session {
                 chat.as_str() == conversation && self.machine.open_turn(key).is_some()
             })
             .count();
-        crate::api::runtime_health(crate::api::HealthFacts {
+        let mut health = crate::api::runtime_health(crate::api::HealthFacts {
             connected: self.connected,
             stream_open: self.stream_open,
             open_turns,
             bound_turns: open_turns,
-        })
+        });
+        // Events Canon will never send again come last in the code order: the codes before
+        // it say the agent cannot act now, this one that it may have missed something.
+        if health["code"].is_null() && self.event_gaps.recent_for(conversation, now_ms).is_some() {
+            health["code"] = Value::from(crate::gaps::EVENTS_MISSED);
+        }
+        health["eventGap"] = self
+            .event_gaps
+            .last()
+            .map_or(Value::Null, crate::gaps::StreamGap::to_json);
+        health
     }
 
     /// A `tool.call` of a Canon tool other than `no_reply` (which the caller hands to the turn
@@ -175,7 +185,7 @@ impl Session {
             "upload_media_for_current_conversation" => return self.api_upload(id, re, &call),
             "current_canon_runtime_health" => {
                 let health = match crate::api::canon_conversation(&call.ctx) {
-                    Some(conversation) => Ok(self.runtime_health(conversation)),
+                    Some(conversation) => Ok(self.runtime_health(conversation, now_ms)),
                     None => Err(crate::api::NO_CANON_CONVERSATION.to_owned()),
                 };
                 return vec![api_result_frame(&id, re, health)];

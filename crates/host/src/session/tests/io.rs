@@ -167,8 +167,8 @@ fn disconnect_stops_the_connection_and_cancels_what_is_open() {
         }))
         .as_slice()
     {
-        [SessionEffect::Refetch(generation)] => *generation,
-        other => panic!("a re-fetch: {other:?}"),
+        [SessionEffect::StreamGap(_), SessionEffect::Refetch(generation)] => *generation,
+        other => panic!("the gap, then a re-fetch: {other:?}"),
     };
     let event = daemon.message("c1", "m1", "ask me").expect("wakes");
     daemon.turn_start("s:1", &event, "c1", "m1");
@@ -206,7 +206,15 @@ fn replay_expiry_refetches_and_a_failed_refetch_reconnects() {
             last_available_id: Some("41".into()),
         })
     };
-    assert_eq!(daemon.handle(expired()), ["refetch 2"]);
+    // Each expiry is also a reported gap (an_expired_replay_is_a_reported_gap_and_a_health_code).
+    let without_gap = |lines: Vec<String>| -> Vec<String> {
+        let (gaps, rest): (Vec<String>, Vec<String>) = lines
+            .into_iter()
+            .partition(|l| l.starts_with("stream gap "));
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        rest
+    };
+    assert_eq!(without_gap(daemon.handle(expired())), ["refetch 2"]);
     let replaced = daemon.handle(SessionInput::Refetched {
         generation: 2,
         result: Ok(Conversation::list_from(json!([{"id": "c1"}, {"id": "c2"}]))),
@@ -215,7 +223,7 @@ fn replay_expiry_refetches_and_a_failed_refetch_reconnects() {
         replaced,
         ["refetch settled", "conversations [\"c1\", \"c2\"]"]
     );
-    assert_eq!(daemon.handle(expired()), ["refetch 3"]);
+    assert_eq!(without_gap(daemon.handle(expired())), ["refetch 3"]);
     let failed = daemon.handle(SessionInput::Refetched {
         generation: 3,
         result: Err("HTTP 503".into()),
@@ -1006,4 +1014,72 @@ fn a_domain_plugin_upload_goes_to_the_turns_conversation_and_answers_the_attachm
         json!({"value": {"attachment": {"kind": "file", "url": "https://cdn/a.txt"},
                          "url": "https://cdn/a.txt"}})
     );
+}
+
+/// Canon's replay expired: the messages in the gap never arrive, so the daemon reports the gap
+/// (its window from the last event before it, the agent's conversations) for the shell to
+/// record, and a domain plugin reading the runtime health of one of those conversations sees
+/// `CANON_EVENTS_MISSED` for an hour, with the gap itself in `eventGap`.
+#[test]
+fn an_expired_replay_is_a_reported_gap_and_a_health_code() {
+    let mut daemon = Daemon::connected();
+    daemon.connect_with(json!([{"id": "c1", "type": "direct", "name": "Una"},
+                               {"id": "c2", "type": "group", "name": "Team"}]));
+    daemon.handle_effects(SessionInput::StreamConnected);
+    let event = daemon.message("c1", "m1", "hello").expect("wakes");
+    daemon.turn_start("s:1", &event, "c1", "m1");
+    daemon.handle_effects(SessionInput::StreamEvent(EventKind::RuntimeControl {
+        conversation_id: "c2".into(),
+        kind: "signal".into(),
+    }));
+    let last_event = daemon.now;
+    // A new stream's first frames are no conversation's events: the window starts before.
+    daemon.handle_effects(SessionInput::StreamEvent(EventKind::AgentContext {
+        agent_id: None,
+        outbound_policy: None,
+    }));
+    let effects = daemon.handle_effects(SessionInput::StreamFrame {
+        id: "e-9".into(),
+        kind: EventKind::ReplayExpired {
+            last_available_id: Some("e-9".into()),
+        },
+    });
+    let gaps: Vec<&crate::gaps::StreamGap> = effects
+        .iter()
+        .filter_map(|e| match e {
+            SessionEffect::StreamGap(gap) => Some(gap),
+            _ => None,
+        })
+        .collect();
+    let [gap] = gaps.as_slice() else {
+        panic!("one gap: {effects:?}");
+    };
+    assert_eq!(gap.from_ms, Some(last_event));
+    assert_eq!(gap.to_ms, daemon.now);
+    assert_eq!(gap.conversations, ["c1", "c2"]);
+    assert_eq!(gap.count, 1);
+    assert!(effects
+        .iter()
+        .any(|e| matches!(e, SessionEffect::Refetch(_))));
+
+    let health =
+        |daemon: &mut Daemon, id: &str| {
+            frame_body(&daemon.handle_effects(SessionInput::Line(
+            protocol::encode_request(
+                id,
+                "api.call",
+                json!({"method": "current_canon_runtime_health", "args": {}, "ctx": ctx("c1")}),
+            )
+            .into_bytes(),
+        )))["body"]["value"]
+            .clone()
+        };
+    let now = health(&mut daemon, "s:2");
+    assert_eq!(now["code"], crate::gaps::EVENTS_MISSED, "{now}");
+    assert_eq!(now["eventGap"]["count"], 1, "{now}");
+    assert_eq!(now["eventGap"]["conversationIds"], json!(["c1", "c2"]));
+    daemon.now += crate::gaps::GAP_NOTICE_MS;
+    let later = health(&mut daemon, "s:3");
+    assert_eq!(later["code"], Value::Null, "{later}");
+    assert_eq!(later["eventGap"]["count"], 1, "the last gap stays: {later}");
 }
