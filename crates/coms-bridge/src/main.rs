@@ -56,6 +56,10 @@ struct DaemonArgs {
     /// Kill limit of one hermes send, in ms (default 120000)
     #[arg(long, value_name = "MS", action = ArgAction::Append, allow_hyphen_values = true)]
     hermes_timeout_ms: Vec<String>,
+    /// How often the registry entry is rewritten, in ms (default 30000); peers count an entry
+    /// stale after 90 s, so only shorter intervals make sense (hidden: for tests)
+    #[arg(long, value_name = "MS", action = ArgAction::Append, allow_hyphen_values = true, hide = true)]
+    heartbeat_ms: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,6 +150,7 @@ fn run_daemon(args: DaemonArgs) -> ExitCode {
         questions_dir: args.questions_dir,
         foreign_grace_ms: args.foreign_grace_ms,
         hermes_timeout_ms: args.hermes_timeout_ms,
+        heartbeat_ms: args.heartbeat_ms,
     };
     let config = match Config::from_flags(&raw, &env) {
         Ok(config) => config,
@@ -158,7 +163,11 @@ fn run_daemon(args: DaemonArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => return fail(&format!("cannot start the runtime: {error}")),
     };
-    match runtime.block_on(daemon::run(config)) {
+    let outcome = runtime.block_on(daemon::run(config));
+    // Dropping a runtime waits for its blocking tasks; a scan of the questions directory stuck
+    // in the file system (a hung network home) must not keep a stopped daemon alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(&format!("{:#}", anyhow::Error::from(error))),
     }

@@ -93,6 +93,15 @@ pub fn qid_of_file_name(name: &str) -> Option<&str> {
     name.strip_suffix(ANSWER_SUFFIX).filter(|q| is_ulid(q))
 }
 
+/// Whether the bridge needs the bytes of the questions-directory entry `name` to decide about
+/// it: only for an answer file whose qid is pending. Every other name is decided by the name
+/// alone (a dot name is never touched; a name that is not `<ulid>.answer.json` fails the first
+/// two checks of [`validate_answer_file`]; a qid that is not pending is a late answer or fails the
+/// third), so the daemon opens nothing else.
+pub fn content_needed(name: &str, is_pending: impl Fn(&str) -> bool) -> bool {
+    !name.starts_with('.') && qid_of_file_name(name).is_some_and(is_pending)
+}
+
 /// Validates the answer file `name` with `content` against the pending qids.
 pub fn validate_answer_file(
     name: &str,
@@ -269,6 +278,22 @@ mod tests {
     }
 
     #[test]
+    fn only_a_pending_answer_file_is_read() {
+        let pending = |q: &str| q == QID;
+        assert!(content_needed(&name(), pending));
+        for name in [
+            format!("{OTHER}.answer.json"),
+            format!(".{QID}.answer.json"),
+            format!("{QID}.answer.json.tmp"),
+            QID.to_owned(),
+            "not-an-answer.json".to_owned(),
+            ".hermes-tmp.abc123".to_owned(),
+        ] {
+            assert!(!content_needed(&name, pending), "{name}");
+        }
+    }
+
+    #[test]
     fn schema_details() {
         let with = |key: &str, value: Value| {
             let mut body = valid_body();
@@ -355,6 +380,25 @@ mod tests {
         #[test]
         fn validation_never_panics(name in "\\PC{0,40}", content in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = validate_answer_file(&name, &content, |_| true);
+        }
+
+        #[test]
+        fn only_needed_content_can_change_the_verdict(
+            name in prop_oneof![
+                "\\PC{0,40}",
+                Just(format!("{QID}.answer.json")),
+                Just(format!("{OTHER}.answer.json")),
+                Just(format!(".{QID}.answer.json")),
+            ],
+            content in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let pending = |q: &str| q == QID;
+            if !content_needed(&name, pending) {
+                prop_assert_eq!(
+                    validate_answer_file(&name, &content, pending),
+                    validate_answer_file(&name, b"", pending)
+                );
+            }
         }
 
         #[test]

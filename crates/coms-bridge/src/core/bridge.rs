@@ -10,6 +10,8 @@
 //!   timeout is logged but not answered);
 //! - a rejected answer file is deleted before its `answer_rejected` record is written, because
 //!   consumers read that line as "the path is free again";
+//! - the daemon reads only the answer files of pending qids ([`content_needed`]): every other
+//!   entry is decided by its name, so its bytes are never needed;
 //! - dot-prefixed names are never touched, `invalid_json` files wait out the partial-write grace
 //!   (max(2 × poll, 1 s)), and `foreign_qid` files wait `foreign_grace_ms`, since every bridge
 //!   of the user shares the directory (coms-bridge.md §15, open questions 1 and 2).
@@ -20,7 +22,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{json, Value};
 
-use crate::core::answer::{map_answer, qid_of_file_name, validate_answer_file, Reason};
+use crate::core::answer::{
+    content_needed, map_answer, qid_of_file_name, validate_answer_file, Reason,
+};
 use crate::core::log::LogRecord;
 use crate::core::outcome::{cancel_note, late_note, timeout_outcome};
 use crate::core::question::{format_question, parse_payload, qid_of, QuestionOption, QID_ERROR};
@@ -63,13 +67,26 @@ pub struct BridgeConfig {
     pub pane_id: Option<String>,
 }
 
-/// One entry of the questions directory, as the daemon read it.
+/// One entry of the questions directory, as the daemon found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     /// The file name.
     pub name: String,
-    /// Its bytes, or `None` when it could not be read (vanished, a directory, no permission).
-    pub content: Option<Vec<u8>>,
+    /// What the daemon made of it.
+    pub content: Content,
+}
+
+/// What the daemon made of one entry of the questions directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// The bytes of a regular file whose content the bridge needs ([`content_needed`]).
+    Read(Vec<u8>),
+    /// A regular file left unread because its name alone decides what happens to it.
+    Unread,
+    /// An entry to leave alone, neither deleted nor logged: it vanished, is not a regular file
+    /// (a directory, a FIFO, a socket, a device, a symbolic link), is too large, or could not be
+    /// read.
+    Skipped,
 }
 
 /// What reaches the bridge.
@@ -220,6 +237,12 @@ impl Bridge {
             .get(qid)
             .map(|o| o.state)
             .or_else(|| self.closed.get(qid))
+    }
+
+    /// The qids waiting for an answer: the daemon reads the answer files of these, and only
+    /// these ([`content_needed`]), at its next scan of the questions directory.
+    pub fn awaited_qids(&self) -> BTreeSet<String> {
+        self.open.keys().cloned().collect()
     }
 
     /// The earliest question deadline; hand the bridge an [`Input::Tick`] then.
@@ -436,8 +459,10 @@ impl Bridge {
             if name.starts_with('.') {
                 continue;
             }
-            let Some(content) = entry.content.as_deref() else {
-                continue;
+            let content = match &entry.content {
+                Content::Read(bytes) => Some(bytes.as_slice()),
+                Content::Unread => None,
+                Content::Skipped => continue,
             };
             if let Some(qid) = qid_of_file_name(name) {
                 if let Some(state) = self.closed.get(qid) {
@@ -458,7 +483,15 @@ impl Bridge {
                     continue;
                 }
             }
-            match validate_answer_file(name, content, |q| self.open.contains_key(q)) {
+            // A file left unread because its qid was not pending when the daemon scanned is
+            // read at the next scan; any other unread file fails validation before its bytes
+            // matter.
+            let is_pending = |q: &str| self.open.contains_key(q);
+            if content.is_none() && content_needed(name, is_pending) {
+                continue;
+            }
+            let content = content.unwrap_or_default();
+            match validate_answer_file(name, content, is_pending) {
                 Ok(answer) => {
                     self.forget(name);
                     let Some(open) = self.open.remove(&answer.qid) else {

@@ -31,6 +31,8 @@ pub struct RawFlags {
     pub foreign_grace_ms: Vec<String>,
     /// `--hermes-timeout-ms`.
     pub hermes_timeout_ms: Vec<String>,
+    /// `--heartbeat-ms`.
+    pub heartbeat_ms: Vec<String>,
 }
 
 /// What the daemon reads from its environment.
@@ -72,6 +74,8 @@ pub struct Config {
     pub foreign_grace_ms: u64,
     /// The kill limit of one `hermes send`.
     pub hermes_timeout_ms: u64,
+    /// How often the registry entry is rewritten.
+    pub heartbeat_ms: u64,
     /// The questions directory.
     pub questions_dir: PathBuf,
     /// The ndjson log.
@@ -90,6 +94,8 @@ pub(crate) const DEFAULT_POLL_MS: u64 = 1000;
 pub(crate) const DEFAULT_FOREIGN_GRACE_MS: u64 = 30_000;
 /// `--hermes-timeout-ms` default.
 pub(crate) const DEFAULT_HERMES_TIMEOUT_MS: u64 = 120_000;
+/// `--heartbeat-ms` default: every 30 s (coms-bridge.md §4.2).
+pub(crate) const DEFAULT_HEARTBEAT_MS: u64 = 30_000;
 
 fn once<'a, T>(flag: &str, values: &'a [T]) -> Result<Option<&'a T>, FlagError> {
     match values {
@@ -120,6 +126,7 @@ impl Config {
         let questions = once("--questions-dir", &raw.questions_dir)?;
         let grace = once("--foreign-grace-ms", &raw.foreign_grace_ms)?;
         let hermes_timeout = once("--hermes-timeout-ms", &raw.hermes_timeout_ms)?;
+        let heartbeat = once("--heartbeat-ms", &raw.heartbeat_ms)?;
 
         let name = name.map_or("user-remote", String::as_str);
         validate_peer(name).map_err(|e| FlagError(e.to_string()))?;
@@ -148,6 +155,7 @@ impl Config {
                 hermes_timeout,
                 DEFAULT_HERMES_TIMEOUT_MS,
             )?,
+            heartbeat_ms: ms("--heartbeat-ms", heartbeat, DEFAULT_HEARTBEAT_MS)?,
             log_path: paths::log_path(&questions_dir),
             questions_dir,
             coms: Coms::from_env(env.pi_coms_dir.as_deref(), &env.home),
@@ -187,6 +195,11 @@ mod tests {
         assert_eq!(config.poll_ms, 1000);
         assert_eq!(config.foreign_grace_ms, 30_000);
         assert_eq!(config.hermes_timeout_ms, 120_000);
+        assert_eq!(config.heartbeat_ms, 30_000);
+        assert_eq!(
+            std::time::Duration::from_millis(config.heartbeat_ms),
+            crate::daemon::HEARTBEAT
+        );
         assert_eq!(
             config.questions_dir,
             Path::new("/home/u/.pi/coms/hermes-bridge/questions")

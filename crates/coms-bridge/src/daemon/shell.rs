@@ -1,8 +1,12 @@
 //! The daemon's event loop: startup (coms-bridge.md §5.2), the socket server, effects, the
 //! answer poller, heartbeat and shutdown (coms-bridge.md §5.3).
+//!
+//! The loop runs on one thread, so nothing on it may block: scans of the questions directory
+//! run on the blocking pool (one at a time), and connections, `hermes send` runs and response
+//! deliveries are tasks of their own.
 
-use std::io::{self, Write as _};
-use std::os::unix::fs::DirBuilderExt as _;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,11 +18,12 @@ use tokio::time::MissedTickBehavior;
 use crate::core::bridge::{Bridge, BridgeConfig, DirEntry, Effect, Input, COLOR, MODEL, PURPOSE};
 use crate::core::log::LogRecord;
 use crate::core::text::js_trim;
-use crate::daemon::{diagnostic, Config, HermesSend, HEARTBEAT};
+use crate::daemon::poller::Poller;
+use crate::daemon::{diagnostic, log_file, Config, HermesSend};
 use crate::wire::envelope::{Reply, INVALID_JSON, LINE_TOO_LARGE};
 use crate::wire::ids::new_ulid;
 use crate::wire::iso;
-use crate::wire::registry::RegistryEntry;
+use crate::wire::registry::{Coms, RegistryEntry};
 use crate::wire::socket::{bind_endpoint, exchange, BindError, Line, LineReader};
 
 /// The longest Unix socket path, in bytes (`sun_path` less its terminating NUL).
@@ -123,8 +128,8 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
     let listener = bind_endpoint(&endpoint).await?;
     let mut poll = tokio::time::interval(Duration::from_millis(config.poll_ms));
     poll.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut heartbeat =
-        tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    let every = Duration::from_millis(config.heartbeat_ms);
+    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Skip);
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate()).map_err(DaemonError::Signals)?;
@@ -180,9 +185,13 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
 
     let (lines_tx, mut lines) = mpsc::channel::<LineRequest>(64);
     let (done_tx, mut done) = mpsc::unbounded_channel::<(u64, Result<(), String>)>();
+    let (scan_tx, mut scans) = mpsc::channel::<Option<(Poller, Vec<DirEntry>)>>(1);
+    // `None` while a scan runs: the spec wants no scan to overlap the previous one.
+    let mut poller = Some(Poller::new(config.questions_dir.clone()));
     let shell = Shell {
         questions_dir: config.questions_dir.clone(),
         log_path: config.log_path.clone(),
+        coms: coms.clone(),
         hermes,
         done: done_tx,
     };
@@ -212,11 +221,31 @@ pub async fn run(config: Config) -> Result<(), DaemonError> {
                 let effects = bridge.handle(Input::HermesDone { job, result }, now_ms());
                 shell.perform(effects, None);
             }
-            _ = poll.tick() => {
-                let entries = scan(&config.questions_dir);
-                let effects = bridge.handle(Input::Scan(entries), now_ms());
-                shell.perform(effects, None);
+            _ = poll.tick(), if poller.is_some() => {
+                if let Some(mut idle) = poller.take() {
+                    let awaited = bridge.awaited_qids();
+                    let scanned = scan_tx.clone();
+                    tokio::spawn(async move {
+                        let scan = tokio::task::spawn_blocking(move || {
+                            let entries = idle.scan(&awaited);
+                            (idle, entries)
+                        });
+                        let _ = scanned.send(scan.await.ok()).await;
+                    });
+                }
             }
+            Some(scanned) = scans.recv() => match scanned {
+                Some((idle, entries)) => {
+                    poller = Some(idle);
+                    let effects = bridge.handle(Input::Scan(entries), now_ms());
+                    shell.perform(effects, None);
+                }
+                None => {
+                    debug_assert!(false, "a scan of the questions directory panicked");
+                    tracing::error!("a scan of the questions directory failed; starting afresh");
+                    poller = Some(Poller::new(config.questions_dir.clone()));
+                }
+            },
             _ = heartbeat.tick() => {
                 let now = now_ms();
                 entry.queue_depth = bridge.queue_depth();
@@ -255,6 +284,7 @@ impl Drop for Cleanup {
 struct Shell {
     questions_dir: PathBuf,
     log_path: PathBuf,
+    coms: Coms,
     hermes: HermesSend,
     done: mpsc::UnboundedSender<(u64, Result<(), String>)>,
 }
@@ -283,8 +313,20 @@ impl Shell {
                     purpose,
                     envelope,
                 } => {
+                    let coms = self.coms.clone();
                     tokio::spawn(async move {
-                        if let Err(error) = exchange(Path::new(&endpoint), &envelope).await {
+                        let path = Path::new(&endpoint);
+                        if let Err(reason) = deliverable(&coms, path) {
+                            tracing::warn!(
+                                qid = ?qid,
+                                endpoint = ?endpoint,
+                                purpose = purpose.as_str(),
+                                reason,
+                                "refusing to deliver a response to an endpoint that is not a coms peer socket"
+                            );
+                            return;
+                        }
+                        if let Err(error) = exchange(path, &envelope).await {
                             diagnostic(&format!(
                                 "could not deliver {} for {qid}: {error}",
                                 purpose.as_str()
@@ -305,36 +347,31 @@ impl Shell {
     }
 }
 
-/// Appends one record with a single append-mode write; several bridges may share the file.
-fn append_log(path: &Path, record: &LogRecord) {
-    let write = || -> io::Result<()> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        file.write_all(record.render().as_bytes())
-    };
-    if let Err(error) = write() {
-        tracing::warn!(path = %path.display(), %error, "could not append to the log");
+/// Whether a response may go to `endpoint`, the `sender_endpoint` a prompt named.
+///
+/// A prompt can name any path, and delivering to it would let any local peer point the bridge
+/// at any Unix socket the user can reach. The registry cannot vouch for senders: ask-user-remote
+/// binds a socket per question and never registers it. What every coms client does share is the
+/// place (coms-bridge.md §4.4): a peer's endpoint is `COMS_DIR/sockets/<session ULID>.sock`. So
+/// a response goes only to a socket of that name in our own pool's sockets directory, and never
+/// through a symbolic link placed there.
+fn deliverable(coms: &Coms, endpoint: &Path) -> Result<(), &'static str> {
+    if !coms.is_pool_endpoint(endpoint) {
+        return Err("not COMS_DIR/sockets/<session>.sock");
+    }
+    match std::fs::symlink_metadata(endpoint) {
+        Ok(meta) if meta.file_type().is_socket() => Ok(()),
+        Ok(_) => Err("not a socket"),
+        // Gone: the exchange fails and says so, as for any peer that went away.
+        Err(_) => Ok(()),
     }
 }
 
-/// One scan of the questions directory; a directory that cannot be read yields nothing.
-fn scan(dir: &Path) -> Vec<DirEntry> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let content = std::fs::read(entry.path()).ok();
-            Some(DirEntry { name, content })
-        })
-        .collect()
+/// Appends one record; a failure is a warning, never the end of the daemon.
+fn append_log(path: &Path, record: &LogRecord) {
+    if let Err(error) = log_file::append(path, record.render().as_bytes(), log_file::ROTATE_AT) {
+        tracing::warn!(path = %path.display(), %error, "could not append to the log");
+    }
 }
 
 /// Serves one connection: the first non-blank line gets exactly one reply line.

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::wire::ids::is_ulid;
 use crate::wire::iso;
 
 /// How far ahead of now a heartbeat may be and still count (clock skew), in milliseconds.
@@ -102,6 +103,28 @@ impl Coms {
     /// `COMS_DIR/sockets/<session_id>.sock`.
     pub fn endpoint(&self, session_id: &str) -> PathBuf {
         self.sockets_dir().join(format!("{session_id}.sock"))
+    }
+
+    /// Whether `endpoint` is spelled as a peer endpoint of this pool:
+    /// `COMS_DIR/sockets/<session ULID>.sock` (coms-bridge.md §4.4), with no `..` component. Every
+    /// coms client derives its endpoint this way (Node's `path.join`, which also resolves `..`
+    /// in `PI_COMS_DIR` lexically, as this check does on our side). Lexical only: it touches no
+    /// file, so a peer cannot make it wait on a path of its choosing.
+    pub fn is_pool_endpoint(&self, endpoint: &Path) -> bool {
+        use std::path::Component;
+        if endpoint
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+        {
+            return false;
+        }
+        let named_for_a_session = endpoint
+            .file_name()
+            .and_then(OsStr::to_str)
+            .and_then(|name| name.strip_suffix(".sock"))
+            .is_some_and(is_ulid);
+        named_for_a_session
+            && endpoint.parent() == Some(lexically_normal(&self.sockets_dir()).as_path())
     }
 
     /// Creates the project's agents directory and the sockets directory, and sets the root to
@@ -197,6 +220,25 @@ impl Coms {
     }
 }
 
+/// `path` with `.` dropped and each `..` removing the component before it, without looking at
+/// the file system (as Node's `path.normalize`).
+fn lexically_normal(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut normal = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(normal.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                normal.pop();
+            }
+            other => normal.push(other),
+        }
+    }
+    normal
+}
+
 /// Whether `heartbeat_at` parses and lies within [−5 s, +90 s] of now.
 pub fn is_fresh(heartbeat_at: Option<&str>, now_ms: u64) -> bool {
     let Some(at) = heartbeat_at.and_then(iso::parse_ms) else {
@@ -288,6 +330,31 @@ mod tests {
             Path::new("/c/projects/default/agents/user-remote.json")
         );
         assert_eq!(coms.endpoint("S"), Path::new("/c/sockets/S.sock"));
+    }
+
+    #[test]
+    fn pool_endpoints_are_session_sockets_of_our_sockets_directory() {
+        const SESSION: &str = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+        let coms = Coms::new("/c");
+        let yes = |path: &str| coms.is_pool_endpoint(Path::new(path));
+        assert!(yes(&format!("/c/sockets/{SESSION}.sock")));
+        assert!(yes(&format!("/c/./sockets//{SESSION}.sock")));
+        for refused in [
+            "/var/run/docker.sock".to_owned(),
+            format!("/c/{SESSION}.sock"),
+            format!("/c/sockets/sub/{SESSION}.sock"),
+            format!("/c/sockets/../sockets/{SESSION}.sock"),
+            format!("/c/sockets/{}.sock", SESSION.to_lowercase()),
+            format!("/c/sockets/{SESSION}"),
+            "/c/sockets/peer.sock".to_owned(),
+            format!("c/sockets/{SESSION}.sock"),
+            format!("/d/sockets/{SESSION}.sock"),
+        ] {
+            assert!(!yes(&refused), "{refused}");
+        }
+        // A `PI_COMS_DIR` spelled with `..` is compared as Node peers spell it.
+        let dotted = Coms::new("/x/../c");
+        assert!(dotted.is_pool_endpoint(&coms.endpoint(SESSION)));
     }
 
     #[test]

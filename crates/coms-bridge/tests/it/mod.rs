@@ -1,4 +1,5 @@
 //! Integration test modules.
 
 mod daemon;
+mod hardening;
 mod support;

@@ -140,8 +140,35 @@ impl Sandbox {
 
     /// Starts the bridge and waits for its registry entry (the readiness signal).
     pub(crate) async fn start(&self, args: &[&str], env: &[(&str, &str)]) -> Bridge {
+        self.spawn(self.command(args), env).await
+    }
+
+    /// As [`Sandbox::start`], with the bridge's address space capped at 2 GiB (`ulimit -v`),
+    /// for tests whose failure mode is a bridge that reads without limit.
+    pub(crate) async fn start_with_memory_cap(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Bridge {
+        let bridge = self.command(args);
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg("ulimit -v 2097152 && exec \"$0\" \"$@\"")
+            .arg(bridge.get_program())
+            .args(bridge.get_args());
+        for (key, value) in bridge.get_envs() {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        command.current_dir(self.root.path()).stdin(Stdio::null());
+        self.spawn(command, env).await
+    }
+
+    async fn spawn(&self, mut command: Command, env: &[(&str, &str)]) -> Bridge {
         let stderr = std::fs::File::create(self.path("bridge.stderr")).expect("stderr file");
-        let mut command = self.command(args);
         command.stdout(Stdio::null()).stderr(stderr);
         for (key, value) in env {
             command.env(key, value);
@@ -157,6 +184,29 @@ impl Sandbox {
         Bridge { child, endpoint }
     }
 
+    /// The `heartbeat_at` of the bridge's registry entry, when the entry can be read.
+    pub(crate) fn heartbeat_at(&self) -> Option<String> {
+        let entry: Value = serde_json::from_slice(&std::fs::read(self.entry_path()).ok()?).ok()?;
+        entry["heartbeat_at"].as_str().map(str::to_owned)
+    }
+
+    /// Waits until the registry entry has been rewritten `times` more times.
+    pub(crate) async fn heartbeats(&self, times: usize) {
+        let mut seen = self.heartbeat_at();
+        for _ in 0..times {
+            seen = Some(
+                wait_for("the heartbeat to advance", || {
+                    self.heartbeat_at().filter(|now| Some(now) != seen.as_ref())
+                })
+                .await,
+            );
+        }
+    }
+
+    pub(crate) fn log_path(&self) -> PathBuf {
+        self.path("home/.pi/coms/hermes-bridge/log.ndjson")
+    }
+
     pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(self.path("bridge.stderr")).unwrap_or_default()
     }
@@ -168,7 +218,7 @@ impl Sandbox {
 
     /// Every log record so far.
     pub(crate) fn log(&self) -> Vec<Value> {
-        read_lines(&self.path("home/.pi/coms/hermes-bridge/log.ndjson"))
+        read_lines(&self.log_path())
     }
 
     pub(crate) fn events(&self, qid: &str) -> Vec<String> {
@@ -300,11 +350,16 @@ impl Peer {
         let session = new_ulid();
         let endpoint = sandbox.coms().endpoint(&session);
         std::fs::create_dir_all(endpoint.parent().expect("sockets dir")).expect("mkdir");
-        let listener = UnixListener::bind(&endpoint).expect("bind the peer");
+        Peer::at(&endpoint, &session)
+    }
+
+    /// A peer listening at `endpoint`, wherever that is, and naming it in its prompts.
+    pub(crate) fn at(endpoint: &Path, session: &str) -> Self {
+        let listener = UnixListener::bind(endpoint).expect("bind the peer");
         Peer {
             listener,
             identity: Identity {
-                session_id: session,
+                session_id: session.to_owned(),
                 name: "claude-cli".into(),
                 endpoint: endpoint.to_string_lossy().into_owned(),
                 cwd: "/work".into(),

@@ -52,7 +52,7 @@ fn answer_file(qid: &str, answer: &str) -> DirEntry {
 fn raw_file(name: &str, content: &str) -> DirEntry {
     DirEntry {
         name: name.into(),
-        content: Some(content.as_bytes().to_vec()),
+        content: Content::Read(content.as_bytes().to_vec()),
     }
 }
 
@@ -495,7 +495,7 @@ fn dot_files_and_unreadable_entries_are_left_alone() {
         raw_file(&format!(".{Q1}.answer.json"), "{"),
         DirEntry {
             name: format!("{Q1}.answer.json"),
-            content: None,
+            content: Content::Skipped,
         },
     ];
     for later in [1, 10_000, 100_000] {
@@ -503,6 +503,45 @@ fn dot_files_and_unreadable_entries_are_left_alone() {
             .handle(Input::Scan(entries.clone()), T0 + later)
             .is_empty());
     }
+}
+
+fn unread(name: &str) -> DirEntry {
+    DirEntry {
+        name: name.into(),
+        content: Content::Unread,
+    }
+}
+
+#[test]
+fn unread_entries_are_decided_by_their_names_alone() {
+    let mut bridge = Bridge::new(config());
+    asked(&mut bridge, Q1, T0);
+    asked(&mut bridge, Q2, T0);
+    assert_eq!(
+        bridge.awaited_qids().into_iter().collect::<Vec<_>>(),
+        [Q1, Q2]
+    );
+    bridge.handle(cancel(Q2), T0 + 1);
+    assert_eq!(bridge.awaited_qids().into_iter().collect::<Vec<_>>(), [Q1]);
+    // The answer file of a pending qid left unread (its qid was not pending at the daemon's
+    // scan) waits for the next scan; a closed qid's is a late answer; junk is rejected.
+    let effects = bridge.handle(
+        Input::Scan(vec![
+            unread(&format!("{Q1}.answer.json")),
+            unread(&format!("{Q2}.answer.json")),
+            unread("not-an-answer.json"),
+        ]),
+        T0 + 2,
+    );
+    assert_eq!(
+        events(&effects),
+        ["late_answer", "answer_rejected"],
+        "{effects:?}"
+    );
+    assert_eq!(bridge.state_of(Q1), Some(State::Pending));
+    let effects = bridge.handle(Input::Scan(vec![answer_file(Q1, "read now")]), T0 + 3);
+    assert_eq!(responses(&effects).len(), 1);
+    assert_eq!(bridge.state_of(Q1), Some(State::Answered));
 }
 
 #[test]
