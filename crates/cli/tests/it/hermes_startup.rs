@@ -387,10 +387,10 @@ fn the_shim_hands_hermes_each_message_once_across_daemon_respawns() {
     // A daemon killed after Hermes accepted a message and before its inbox recorded that hands
     // the same message again (so does one killed before it finished a detached-approval wake's
     // lease, approvals.md §13 step 5; `serve_approvals.rs` drives that crash): the shim, which
-    // outlives the daemon, drops the repeat by its message id (it keeps the event Hermes got,
-    // to answer a repeat still waiting in Hermes' queue as queued). An id counts only once
-    // Hermes took it, so a hand-over that failed is tried again; an event without an id always
-    // passes.
+    // outlives the daemon, drops the repeat by its message id (it keeps the session and the
+    // reference of the event Hermes got, to answer a repeat still waiting in Hermes' queue as
+    // queued). An id counts only once Hermes took it, so a hand-over that failed is tried again;
+    // an event without an id always passes.
     let code = "from shim import _adapter as a\n\
          wake = {'message_id': 'canon-detached-approval:hermes-0123456789abcdef0123'}\n\
          other = {'message_id': 'm-1'}\n\
@@ -494,10 +494,11 @@ fn a_full_writer_queue_fails_every_waiting_request_without_leaking_a_slot() {
     assert_eq!(run_shim_python(code).trim(), "{} {'backpressure'} 0 0");
 }
 
-/// A frame the child's stdin pipe has room for is written by its caller at once, sparing the
-/// hand-off to the writer thread (issue 18: each hand-off waits for Python's interpreter lock
-/// while Hermes' agent thread is busy); one without room goes to the writer, and so does every
-/// frame behind it, so the order the daemon reads is the order they were posted.
+/// A frame posted while the child's stdin pipe is empty (so all its page slots are free) is
+/// written by its caller at once, sparing the hand-off to the writer thread (each hand-off
+/// waits for Python's interpreter lock while Hermes' agent thread is busy); any other goes to
+/// the writer, and so does every frame behind it, so the order the daemon reads is the order
+/// they were posted.
 #[test]
 fn a_frame_the_pipe_has_room_for_is_written_at_once_and_never_overtakes_a_queued_one() {
     let code = "import fcntl, struct, subprocess, termios\n\

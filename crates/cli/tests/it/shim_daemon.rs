@@ -14,6 +14,9 @@
 //! | the daemon's DEBUG lines, when its `RUST_LOG` asks for them, reach Hermes' logs (at INFO) | hermes-host.md §19.3 |
 //! | a message handed over during Hermes' startup restore waits in the runner's queue: a gateway stopped before the restore ran it gets it again after its restart | hermes-host.md §9.5, §19.6, issue 16 |
 //! | only a send that stored a message of its own marks the turn's durable send for a resync; a plain answer send staged into the final does not | hermes-host.md §19.10, reliability review M1, issue 16 |
+//! | a daemon that stops reading its stdin never blocks a post: frames that do not find the pipe empty wait for the writer thread, and all of them arrive once it reads again | hermes-host.md §19.9 |
+//! | what the shim remembers of inbound messages to drop a repeat holds no event text, and still answers a repeat of a queued message as queued | hermes-host.md §19.6 |
+//! | gateway calls waiting for a slow respawn and resync leave the loop's default executor free, and all get their answer once it is done | hermes-host.md §19.10 |
 
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
@@ -642,6 +645,164 @@ asyncio.run(main())
         [
             serde_json::json!({"plain_ok": true, "kept": true, "after_plain": false,
                             "media_ok": true, "after_media": true})
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §19.9. A Linux pipe holds 16 pages, and a frame that
+/// does not fit in the last page's free space takes a page of its own: sixteen 3,000-byte
+/// frames fill the daemon's 64 KiB stdin with 48,000 bytes unread. A caller that wrote a frame
+/// itself because the unread bytes left room then blocked for as long as the daemon did not
+/// read, on the gateway loop or the reader thread. Here the daemon is stopped (SIGSTOP) right
+/// after its hello; every one of 20 such posts must return within 1 s, and once the daemon runs
+/// again every request is answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_that_stops_reading_its_stdin_never_blocks_a_post() {
+    let sim = sim().await;
+    let code = r#"
+import threading
+d = _daemon.Daemon()
+PROBE = {'config': None, 'verify': False, 'pad': 'x' * 2920}
+size = len(_daemon.encode(_daemon.request_frame('probe', 's:10', PROBE)))
+os.kill(d.proc.pid, signal.SIGSTOP)  # the daemon stops reading its stdin
+starts, took, futs = [], [], []
+def post_all():
+    for _ in range(20):
+        starts.append(time.monotonic())
+        futs.append(d.request('probe', PROBE))
+        took.append(time.monotonic() - starts[-1])
+poster = threading.Thread(target=post_all, daemon=True)
+poster.start()
+# Each post gets 1 s: one that takes longer is stuck on the full pipe.
+while len(took) < 20 and not (len(starts) > len(took) and time.monotonic() - starts[-1] > 1):
+    time.sleep(0.01)
+print(json.dumps({'frame_of_3000_bytes': 2900 <= size <= 3100, 'posted': len(took),
+                  'each_within_1s': max(took) < 1}))
+os.kill(d.proc.pid, signal.SIGCONT)
+poster.join(30)
+done, _ = cf.wait(futs, 30)
+results = sorted({'answered %s' % f.result().get('configured') if f.exception() is None
+                  else f.exception().code for f in done})
+print(json.dumps({'answered': len(done), 'of': len(futs), 'results': results}))
+d.close()
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"frame_of_3000_bytes": true, "posted": 20, "each_within_1s": true}),
+            serde_json::json!({"answered": 20, "of": 20, "results": ["answered True"]}),
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §19.6. To drop a message a respawned daemon hands
+/// over again, the shim remembers the last 4,096 inbound messages. It kept each whole
+/// MessageEvent (text, raw frame, media paths), bounded by count and not by size: with 4 MiB
+/// frames, gigabytes in the gateway. It keeps only the session key and the message's reference
+/// now, and a repeat is still answered `queued` (with the new daemon's reference on the waiting
+/// event) while the message waits in Hermes' queue, and accepted, without a second hand-over,
+/// once it left it.
+#[tokio::test(flavor = "multi_thread")]
+async fn remembered_inbound_messages_keep_no_event_text() {
+    let sim = sim().await;
+    let code = r#"
+from shim import _adapter
+from gateway.platforms.base import MessageEvent
+
+async def until(check):
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, 'not all messages were handed over'
+        await asyncio.sleep(0.05)
+
+async def main():
+    got = []
+    a = await connected()
+    async def take(event):
+        got.append(event)
+    a.handle_message = take
+    await listening()
+    for i in range(8):
+        SIM('messages', {'conversationId': CHAT, 'text': 'message %d: %s' % (i, 'x' * 4000)})
+    await until(lambda: len(got) == 8 and len(_adapter.INBOUND_SEEN) == 8)
+    kept = list(_adapter.INBOUND_SEEN.values())
+    print(json.dumps({'remembered': len(kept),
+                      'events_kept': any(isinstance(v, MessageEvent) for v in kept),
+                      'text_kept': any('x' * 100 in repr(v) for v in kept)}))
+    ev = got[0]
+    key, again = a._key(ev.source), {'message_id': ev.message_id}
+    a._pending_messages[key] = ev  # Hermes parks it in the session's head slot
+    first = await a._handle('inbound.message', {'event': again, 'event_ref': 'respawned-1'})
+    second = await a._handle('inbound.message', {'event': again, 'event_ref': 'respawned-2'})
+    ref = ev._canon_ref
+    del a._pending_messages[key]  # its turn started
+    third = await a._handle('inbound.message', {'event': again, 'event_ref': 'respawned-3'})
+    queued = {'accepted': True, 'queued': True, 'session_key': key}
+    print(json.dumps({'queued': first == queued and second == queued, 'ref': ref,
+                      'after': third, 'handed': len(got)}))
+    await a.disconnect()
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"remembered": 8, "events_kept": false, "text_kept": false}),
+            serde_json::json!({"queued": true, "ref": "respawned-2",
+                                "after": {"accepted": true}, "handed": 8}),
+        ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §19.10. A respawn holds the supervisor through the
+/// new daemon's hello, connect and resync; Canon answers that connect 5 s late here. Every
+/// gateway call meanwhile waited for the supervisor on a thread of the loop's default executor
+/// (min(32, cpus + 4) threads), so 40 of them starved anything else Hermes runs there until the
+/// resync was done. The executor must run a no-op within 1 s while the calls wait, and every
+/// call is answered by the respawned daemon.
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_waiting_for_a_slow_resync_leave_the_default_executor_free() {
+    let sim = sim().await;
+    let code = r#"
+async def until(check):
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, 'the daemon never went down'
+        await asyncio.sleep(0.05)
+
+async def main():
+    a = await connected()
+    loop = asyncio.get_running_loop()
+    first = SUPERVISOR.peek()
+    os.kill(first.proc.pid, signal.SIGKILL)
+    await until(lambda: SUPERVISOR.peek() is None)
+    fault('/agents/me', {'type': 'delay_before', 'ms': 5000}, method='GET', times=1)
+    started = time.monotonic()
+    probe = {'config': None, 'verify': False}
+    calls = [asyncio.ensure_future(_daemon.call('probe', probe)) for _ in range(40)]
+    await asyncio.sleep(0)  # each call has asked the supervisor for the daemon
+    t0 = time.monotonic()
+    await asyncio.wait_for(loop.run_in_executor(None, time.monotonic), 60)
+    free = time.monotonic() - t0
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 60)
+    print(json.dumps({
+        'executor_free_within_1s': free < 1, 'resync_slow': time.monotonic() - started > 4,
+        'respawned': SUPERVISOR.peek() not in (None, first),
+        'results': sorted({'answered %s' % r.get('configured') if isinstance(r, dict)
+                           else getattr(r, 'code', repr(r)) for r in results})}))
+    await a.disconnect()
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"executor_free_within_1s": true, "resync_slow": true,
+                                "respawned": true, "results": ["answered True"]})
         ],
         "{out}"
     );

@@ -105,22 +105,24 @@ def _done(kind, then):
 # that in its inbox (the successor replays what was not recorded), and a detached-approval wake
 # when it died before finishing the wake's lease. Both keep their message id, so the repeat is
 # dropped here, where it outlives the daemon, and Hermes runs one turn. An id is remembered only
-# once handle_message returned, so a hand-over that failed can be tried again. The value is the
-# MessageEvent Hermes got, so a repeat of a message still waiting in Hermes' queue is answered
-# as queued (its frame must stay unsettled: a gateway stop discards that queue).
+# once handle_message returned, so a hand-over that failed can be tried again. The value is
+# the session key and reference of the MessageEvent Hermes got, so a repeat of a message still
+# waiting in Hermes' queue is answered as queued (its frame must stay unsettled: a gateway stop
+# discards that queue). Never the event itself: with its text, raw frame and media paths, 4,096
+# of them could hold gigabytes.
 INBOUND_SEEN, INBOUND_SEEN_CAP = collections.OrderedDict(), 4096
 
 
 def _repeated_inbound(event):
-    """The MessageEvent Hermes already got for this message, or None."""
+    """What was remembered of the message Hermes already got, or None."""
     message_id = (event or {}).get("message_id") or ""
     return INBOUND_SEEN.get(message_id) if message_id else None
 
 
-def _remember_inbound(summary, event):
+def _remember_inbound(summary, seen):
     message_id = (summary or {}).get("message_id") or ""
     if message_id:
-        INBOUND_SEEN[message_id] = event
+        INBOUND_SEEN[message_id] = seen
         while len(INBOUND_SEEN) > INBOUND_SEEN_CAP:
             INBOUND_SEEN.popitem(last=False)
 
@@ -154,6 +156,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         self._before = {}
         self._delivered = {}  # session_key → boundary-closed turns whose final Canon stored, this run
         self._runs = {}  # session_key → event_ref of the Canon turn Hermes is running
+        # Held for every change to `_open`, `_answers`, `_before` and `_delivered`: a resync
+        # changes them on the respawn thread while the new child's frames change them on the
+        # loop and the reader thread. Only ever held for the change itself, never across a call
+        # to the daemon, so the loop never waits on it for longer than that.
+        self._turns_lock = threading.Lock()
 
     def streaming_overflow_limit(self):
         return LIMITS.get("streaming_overflow_limit", STREAMING_OVERFLOW_LIMIT)
@@ -207,15 +214,16 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         # A session whose follow-up was dequeued but whose running turn's final had not reached
         # Canon yet hands over that (oldest) running turn; each dequeue after it is sent again
         # after the answer of the turn it ended, so the respawned daemon sees the same sequence.
-        before = {key: list(chain) for key, chain in self._before.items() if chain}
-        open_turns = {t["session_key"]: (t, self._answers.get(t["session_key"]))
-                      for t in self._open.values()}
-        for key, chain in before.items():
-            running, answer, _step, _closed = chain[0]
-            open_turns[key] = (running, answer)
-        turns = [dict(t) for t, _ in open_turns.values()]
+        with self._turns_lock:
+            before = {key: list(chain) for key, chain in self._before.items() if chain}
+            open_turns = {t["session_key"]: (t, self._answers.get(t["session_key"]))
+                          for t in self._open.values()}
+            for key, chain in before.items():
+                running, answer, _step, _closed = chain[0]
+                open_turns[key] = (running, answer)
+            turns = [dict(t) for t, _ in open_turns.values()]
+            delivered = [dict(t) for ts in self._delivered.values() for t in ts]
         depths = {t["session_key"]: self._depth(t["session_key"]) for t in turns}
-        delivered = [dict(t) for ts in self._delivered.values() for t in ts]
         d.call("resync", {"adapter_connected": True, "open_turns": turns, "queue_depths": depths,
                           "delivered_turns": delivered}, TIMEOUTS["resync"])
         for _turn, answer in open_turns.values():
@@ -229,19 +237,20 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         # and gives the follow-up's text to the follow-up's turn. The follow-up of a chain's
         # last dequeue is the session's open turn; an answer it has not started is not sent.
         replay = []
-        for key, chain in before.items():
-            latest = self._answers.get(key) or {}
-            latest = latest if "after" not in latest and latest.get("first") else None
-            for i, (_running, _answer, step, _closed) in enumerate(chain):
-                later = chain[i + 1] if i + 1 < len(chain) else None
-                follow_up = later[0] if later else self._open.get(key)
-                # The follow-up keeps the turn id the old daemon answered (Canon may show it).
-                answered = (follow_up or {}).get("turn_id")
-                if answered:
-                    step = step[:4] + (dict(step[4], turn_id=answered),) + step[5:]
-                replay.append((step, later[1] if later else latest))
-            self._open[key], self._answers[key] = chain[0][0], dict(chain[0][1] or {})
-        self._before = {}
+        with self._turns_lock:
+            for key, chain in before.items():
+                latest = self._answers.get(key) or {}
+                latest = latest if "after" not in latest and latest.get("first") else None
+                for i, (_running, _answer, step, _closed) in enumerate(chain):
+                    later = chain[i + 1] if i + 1 < len(chain) else None
+                    follow_up = later[0] if later else self._open.get(key)
+                    # The follow-up keeps the turn id the old daemon answered (Canon may show it).
+                    answered = (follow_up or {}).get("turn_id")
+                    if answered:
+                        step = step[:4] + (dict(step[4], turn_id=answered),) + step[5:]
+                    replay.append((step, later[1] if later else latest))
+                self._open[key], self._answers[key] = chain[0][0], dict(chain[0][1] or {})
+            self._before = {}
         with self._defer_lock:
             deferred, self._deferred = self._deferred, []
         # Then the boundaries of follow-ups dequeued while the daemon was down.
@@ -324,44 +333,45 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         key = (body.get("ctx") or {}).get("session_key")
         if not key or not result.get("success"):
             return
-        meta = body.get("metadata") or {}
-        if kind == "adapter.send_media" or (kind == "adapter.send" and not meta.get("expect_edits")):
-            # A durable send takes one of the turn's message ids: a respawned daemon must not
-            # take a message already stored under the final's id for that final (`resync`).
-            # A send the daemon staged into the turn's answer (its answer names the turn, as
-            # a preview does) or suppressed (a marker in `raw_response`) took none; counting
-            # it made a respawned daemon store a final a second time under the next id when
-            # Canon refused the replay of the first for a metadata difference.
-            raw = result.get("raw_response") or {}
-            took_an_id = not any(raw.get(marker) for marker in NOT_DURABLE)
-            for turn in (self._open.get(key), (self._before.get(key) or [(None,)])[-1][0]):
-                if turn is not None and took_an_id and result.get("message_id") != turn.get("turn_id"):
-                    turn["durable_sent"] = True
-        if kind not in RESENDABLE:
-            return
-        answer = self._answers.setdefault(key, {})
-        if "after" in answer:
-            # A dequeued follow-up's answer starts with a send replying to its message; until
-            # then the sends and edits are the running turn's last ones (Hermes' stream
-            # consumer finalizes that answer after the dequeue), kept with the running turn.
-            if kind != "adapter.send" or answer["after"] not in (body.get("reply_to"),
-                                                                  meta.get("reply_to_message_id")):
-                chain = self._before.get(key)
-                if chain:  # the newest turn a dequeue ended
-                    running, kept, step, closed = chain[-1]
-                    kept = dict(kept or {})
-                    if kind == "adapter.send":
-                        kept.setdefault("first", (kind, body))
-                    kept["last"] = (kind, body)
-                    chain[-1] = (running, kept, step, closed)
+        with self._turns_lock:
+            meta = body.get("metadata") or {}
+            if kind == "adapter.send_media" or (kind == "adapter.send" and not meta.get("expect_edits")):
+                # A durable send takes one of the turn's message ids: a respawned daemon must not
+                # take a message already stored under the final's id for that final (`resync`).
+                # A send the daemon staged into the turn's answer (its answer names the turn, as
+                # a preview does) or suppressed (a marker in `raw_response`) took none; counting
+                # it made a respawned daemon store a final a second time under the next id when
+                # Canon refused the replay of the first for a metadata difference.
+                raw = result.get("raw_response") or {}
+                took_an_id = not any(raw.get(marker) for marker in NOT_DURABLE)
+                for turn in (self._open.get(key), (self._before.get(key) or [(None,)])[-1][0]):
+                    if turn is not None and took_an_id and result.get("message_id") != turn.get("turn_id"):
+                        turn["durable_sent"] = True
+            if kind not in RESENDABLE:
                 return
-            # The daemon closes the running turn now, but its final may still be on its way
-            # to Canon: the running turn stays in `_before` until `turn.closed` says it got
-            # there (or the run completes), even when a later dequeue ends the next one.
-            del answer["after"]
-        if kind == "adapter.send":
-            answer.setdefault("first", (kind, body))
-        answer["last"] = (kind, body)
+            answer = self._answers.setdefault(key, {})
+            if "after" in answer:
+                # A dequeued follow-up's answer starts with a send replying to its message; until
+                # then the sends and edits are the running turn's last ones (Hermes' stream
+                # consumer finalizes that answer after the dequeue), kept with the running turn.
+                if kind != "adapter.send" or answer["after"] not in (body.get("reply_to"),
+                                                                      meta.get("reply_to_message_id")):
+                    chain = self._before.get(key)
+                    if chain:  # the newest turn a dequeue ended
+                        running, kept, step, closed = chain[-1]
+                        kept = dict(kept or {})
+                        if kind == "adapter.send":
+                            kept.setdefault("first", (kind, body))
+                        kept["last"] = (kind, body)
+                        chain[-1] = (running, kept, step, closed)
+                    return
+                # The daemon closes the running turn now, but its final may still be on its way
+                # to Canon: the running turn stays in `_before` until `turn.closed` says it got
+                # there (or the run completes), even when a later dequeue ends the next one.
+                del answer["after"]
+            if kind == "adapter.send":
+                answer.setdefault("first", (kind, body))
+            answer["last"] = (kind, body)
 
     async def send(self, chat_id, content, reply_to=None, metadata=None):
         # One key per call of Hermes', kept across the resend of `_forward` (hermes-host.md §19.6).
@@ -448,10 +458,12 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
     def _track(self, key, ref, summary, started, body, authority=None):
         """Keeps the turn Canon opened for `ref` for `resync` while it still runs."""
         if body.get("turn_id") and self._runs.get(key) == ref:
-            self._open[key] = {"event_ref": ref, "session_key": key, "turn_id": body["turn_id"],
-                               "event": summary, "started_at_ms": started}
+            turn = {"event_ref": ref, "session_key": key, "turn_id": body["turn_id"],
+                    "event": summary, "started_at_ms": started}
             if authority:
-                self._open[key]["reply_authority"] = authority
+                turn["reply_authority"] = authority
+            with self._turns_lock:
+                self._open[key] = turn
 
     def _restore_noop(self, event):
         """Hermes' no-op pass for a message that arrived during its startup restore
@@ -487,17 +499,19 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         answered = await call_resent("turn.start", body)
         self._track(key, ref, summary, started, answered, authority)
 
-    def _waits_in_queue(self, key, event):
-        """Whether `event` waits in the session's queue: the head slot, the overflow, merged
-        into the waiting head, or the runner's startup-restore queue."""
+    def _waiting(self, key, ref):
+        """The event of reference `ref` if it waits in the session's queue (the head slot, the
+        overflow, or the runner's startup-restore queue), the waiting head if it was merged
+        into it, else None."""
         head = self._pending_messages.get(key)
         overflow = (getattr(self._runner, "_queued_events", None) or {}).get(key) or ()
         # While a restarted gateway resumes its interrupted sessions, the runner holds every
         # inbound message in its own queue (`_startup_restore_queue`); a stop then drops it too.
         restoring = getattr(self._runner, "_startup_restore_queue", None) or ()
-        return head is event or any(e is event for e in overflow) or \
-            any(e is event for e in restoring) or \
-            (head is not None and self._ref(event) in absorbed_refs(head))
+        for event in itertools.chain([head] if head is not None else [], overflow, restoring):
+            if self._ref(event) == ref:
+                return event
+        return head if head is not None and ref in absorbed_refs(head) else None
 
     async def on_processing_complete(self, event, outcome):
         if vars(event).pop("_canon_restore_noop", False):  # the no-op pass's end
@@ -517,12 +531,13 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         try:
             await (call if turn is None else call_resent)("turn.complete", body)
         finally:
-            if self._open.get(key) is turn:
-                self._open.pop(key, None)
             self._runs.pop(key, None)
-            self._answers.pop(key, None)
-            self._before.pop(key, None)
-            self._delivered.pop(key, None)
+            with self._turns_lock:
+                if self._open.get(key) is turn:
+                    self._open.pop(key, None)
+                self._answers.pop(key, None)
+                self._before.pop(key, None)
+                self._delivered.pop(key, None)
 
     def _dequeued(self, key, event):
         """The runner dequeued `event` to run next inside the same run (hermes-host.md §12.2): a
@@ -555,10 +570,11 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         the running answer's last edits after the dequeue), so until then that turn, its kept
         answer and this step are what a respawned daemon must get back (`_resync`)."""
         key, _ref, _summary, _started, body, _authority, message_id = step
-        running = self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
-        if running is not None:
-            self._before.setdefault(key, []).append((running, self._answers.get(key), step, False))
-        self._answers[key] = {"after": message_id}  # the follow-up's answer starts
+        with self._turns_lock:
+            running = self._open.pop(key, None)  # until the daemon answers the follow-up's turn id
+            if running is not None:
+                self._before.setdefault(key, []).append((running, self._answers.get(key), step, False))
+            self._answers[key] = {"after": message_id}  # the follow-up's answer starts
         send(body)
 
     # ----- daemon → gateway (frames arrive on the reader thread) -----
@@ -598,26 +614,29 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         if kind == "inbound.message":
             seen = _repeated_inbound(body.get("event"))
             if seen is not None:
-                key = self._key(seen.source)
-                if self._waits_in_queue(key, seen):
+                key, ref = seen
+                waiting = self._waiting(key, ref)
+                if waiting is None:
+                    return {"accepted": True}
+                if self._ref(waiting) == ref:
                     # The respawned daemon's reference, so its turn start settles this frame.
-                    seen._canon_ref = body["event_ref"]
-                    return {"accepted": True, "queued": True, "session_key": key}
-                return {"accepted": True}
+                    waiting._canon_ref = body["event_ref"]
+                    _remember_inbound(body.get("event"), (key, body["event_ref"]))
+                return {"accepted": True, "queued": True, "session_key": key}
             media = await asyncio.to_thread(_cache_media, body["event"].get("media") or [])
             event = self._event(body["event"], body["event_ref"], *media)
             # Handed back in `turn.start`, `turn.accepted` and `resync` (hermes-host.md §19.6);
             # a secret: never logged.
             event._canon_authority = body.get("reply_authority")
             await self.handle_message(event)
-            _remember_inbound(body.get("event"), event)
+            key = self._key(event.source)
+            _remember_inbound(body.get("event"), (key, self._ref(event)))
             # A message Hermes queued behind a running turn is not handled yet: a gateway stop
             # discards its queue, so the daemon keeps the frame unsettled (replayed after the
             # restart) until the message's turn starts. During the startup restore the runner
             # queues every message in a task of its own that has not run yet when
             # `handle_message` returns, so the restore itself says the message waits.
-            key = self._key(event.source)
-            if self._waits_in_queue(key, event) or self._restore_noop(event):
+            if self._waiting(key, self._ref(event)) is not None or self._restore_noop(event):
                 return {"accepted": True, "queued": True, "session_key": key}
             return {"accepted": True}
         if kind == "control.signal":
@@ -642,10 +661,15 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
         elif kind == "adapter.status":
             (self._mark_connected if body.get("connected") else self._mark_disconnected)()
         elif kind == "turn.closed":  # a dequeue boundary's running turn reached Canon
-            key = body.get("session_key")
+            self._turn_closed(body.get("session_key"), body.get("turn_id"))
+        return None
+
+    def _turn_closed(self, key, turn_id):
+        """The final of `turn_id`, a turn a dequeue ended in session `key`, reached Canon."""
+        with self._turns_lock:
             chain = self._before.get(key) or []
             for i, (running, answer, step, _closed) in enumerate(chain):
-                if running.get("turn_id") == body.get("turn_id"):
+                if running.get("turn_id") == turn_id:
                     chain[i] = (running, answer, step, True)
             # Each turn's final travels on its own, so a later turn's may get there first: only
             # the closed turns at the head of the chain leave it (a respawn replays the rest,
@@ -657,7 +681,6 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             del kept[:-16]  # a long run's older turns were published long ago
             if key in self._before and not chain:
                 del self._before[key]
-        return None
 
     async def _control(self, body):
         """A Canon runtime signal as a synthetic `/stop` or `/new` (hermes-host.md §12.3, §19.7);

@@ -2,7 +2,7 @@
 stdout, and its respawn after a crash (hermes-host.md §19.3, §19.4, §19.10, §19.11).
 
 `Daemon` is one child process with three threads: a writer draining a bounded queue into its
-stdin (a frame the pipe has room for is written by its caller at once instead, see
+stdin (a frame that finds the pipe empty is written by its caller at once instead, see
 `Daemon._write_now`), a reader resolving the futures of the shim's requests from its stdout and handing the
 daemon's own frames to a handler, and one forwarding its stderr log lines to the logger
 `canon_hermes.daemon`. `Supervisor` owns the one child of this Python process (`SUPERVISOR`,
@@ -314,17 +314,23 @@ class Daemon:
 
     def _write_now(self, frame):
         """Writes `frame` from the calling thread (holding `write_lock`, nothing queued ahead)
-        when the pipe has room for all of it, so the write cannot block. This spares a request
-        the hand-off to the writer thread: while Hermes' agent thread is busy in Python, every
-        thread that must take the interpreter lock in turn waits up to its switch interval
-        (5 ms), which a stream edit paid on each of its way out and back. False leaves the frame
-        to the writer (the pipe too full, its fill unreadable, or the pipe gone)."""
-        if self.pipe_size is None:
+        when the pipe is empty and the frame fits in it, so the write cannot block. This spares
+        a request the hand-off to the writer thread: while Hermes' agent thread is busy in
+        Python, every thread that must take the interpreter lock in turn waits up to its switch
+        interval (5 ms), which a stream edit paid on each of its way out and back. False leaves
+        the frame to the writer (the pipe not empty, its fill unreadable, or the pipe gone).
+
+        Only an empty pipe is known to have room: Linux counts a pipe in page slots (16 of
+        them in 64 KiB), and a write that does not fit in the last page's free space takes a
+        new slot, so sixteen 3,000-byte frames fill the pipe with 48,000 bytes unread. A write
+        that blocks here would block the gateway's event loop (the whole gateway freezes) or
+        the reader thread (which then stops draining the daemon's stdout, and the daemon, its
+        output full, stops reading its stdin: both processes wait for good)."""
+        if self.pipe_size is None or len(frame) > self.pipe_size:
             return False
         try:
             fd = self.proc.stdin.fileno()
-            unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
-            if unread + len(frame) > self.pipe_size:
+            if struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]:
                 return False
             self.proc.stdin.write(frame)
             self.proc.stdin.flush()
@@ -520,6 +526,8 @@ class Supervisor:
         self.crashes, self.halted, self.crash_lock = [], False, threading.Lock()
         self.exits = 0  # every exit and failed respawn counted so far (never pruned)
         self.respawning = False  # a background respawn loop is running
+        # The spawn that `aget` callers finding no live child all wait for, on a thread of its own.
+        self.attempt, self.attempt_lock = None, threading.Lock()
 
     def peek(self):
         d = self.child
@@ -548,7 +556,29 @@ class Supervisor:
             return d
 
     async def aget(self):
-        return self.peek() or await asyncio.to_thread(self.get)
+        """`get` for an event loop. The callers that find no live child all await one attempt,
+        run on a thread of its own. A spawn holds `lock` through hello, connect and the whole
+        resync; parked on it in the loop's default executor, each caller would hold one of that
+        executor's few threads (min(32, cpus + 4)) as long, and a slow resync would starve
+        everything else Hermes runs there."""
+        d = self.peek()
+        if d is not None:
+            return d
+        with self.attempt_lock:
+            attempt = self.attempt
+            if attempt is None or attempt.done():
+                attempt = self.attempt = concurrent.futures.Future()
+                # Running, so a caller that stops waiting cannot cancel it for the others.
+                attempt.set_running_or_notify_cancel()
+                threading.Thread(target=self._attempt_get, args=(attempt,), daemon=True,
+                                 name="canon-hermes-spawn").start()
+        return await asyncio.wrap_future(attempt)
+
+    def _attempt_get(self, attempt):
+        try:
+            resolve(attempt, self.get())
+        except BaseException as exc:  # handed to every waiting caller
+            resolve(attempt, error=exc)
 
     def _count_exit(self):
         """Counts one exit (or failed respawn) in the crash window; its number in the window."""
