@@ -338,6 +338,13 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
         }
     };
     let code = runtime.block_on(async {
+        // A file-size limit (RLIMIT_FSIZE) raises SIGXFSZ, which would kill the daemon at its
+        // next journal or registry write; with a handler installed the write fails with EFBIG
+        // instead, and is handled as a full disk is (the agent stays online).
+        let _file_size_limit = tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::from_raw(rustix::process::Signal::XFSZ.as_raw()),
+        )
+        .inspect_err(|error| tracing::debug!(%error, "no SIGXFSZ handler"));
         canon_adapter::run(
             config,
             tokio::io::BufReader::new(crate::pipe_io::stdin()),
