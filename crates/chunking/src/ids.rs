@@ -134,6 +134,35 @@ pub fn stable_final_message_id(
     Some(id)
 }
 
+/// Domain-separation tag of [`call_idempotency_key`].
+const CALL_KEY_DOMAIN: &str = "canon-hermes-call-v1";
+
+/// Prefix of [`call_idempotency_key`].
+pub const CALL_KEY_PREFIX: &str = "hermes-call-";
+
+/// The idempotency key of an agent-initiated Canon call made inside turn `turn_id`, from the
+/// call's own canonical text (`request`: what it asks Canon, the key left out):
+/// `hermes-call-<32 hex>`, the first 32 lowercase hex characters of SHA-256 over
+/// `canon-hermes-call-v1`, `turn_id` and `request`, each preceded by its UTF-8 byte length as
+/// an 8-byte big-endian integer. The same call repeated in the same turn (a model's retry
+/// after an error it could not judge, or a call sent again to a respawned daemon) gets the
+/// same key, so Canon stores it once; the same text in another turn is a new message.
+pub fn call_idempotency_key(turn_id: &str, request: &str) -> String {
+    let mut hasher = Sha256::new();
+    for component in [CALL_KEY_DOMAIN, turn_id, request] {
+        hasher.update((component.len() as u64).to_be_bytes());
+        hasher.update(component.as_bytes());
+    }
+    let digest = hasher.finalize();
+    let mut key = String::with_capacity(CALL_KEY_PREFIX.len() + FINAL_ID_DIGEST_HEX_CHARS);
+    key.push_str(CALL_KEY_PREFIX);
+    for byte in &digest[..FINAL_ID_DIGEST_HEX_CHARS / 2] {
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{byte:02x}");
+    }
+    key
+}
+
 /// The core-compatible id of part `index` (1-based) of a split message
 /// (turns.md §4.3): the base truncated to `160 − len(suffix)` code points,
 /// then `-part-<index>`. Returns `None` for an empty base (no base id, no
@@ -225,6 +254,26 @@ mod tests {
     use proptest::prelude::*;
 
     const TURN: &str = "hermes-0123456789abcdef0123";
+
+    #[test]
+    fn a_call_key_is_stable_per_turn_and_request_and_a_valid_envelope_key() {
+        let key = call_idempotency_key(TURN, "{\"text\":\"hi\"}");
+        assert_eq!(key, call_idempotency_key(TURN, "{\"text\":\"hi\"}"));
+        assert_ne!(key, call_idempotency_key(TURN, "{\"text\":\"hi!\"}"));
+        assert_ne!(
+            key,
+            call_idempotency_key("hermes-0123456789abcdef0124", "{\"text\":\"hi\"}")
+        );
+        // The components are length-prefixed: moving a boundary changes the key.
+        assert_ne!(
+            call_idempotency_key("ab", "c"),
+            call_idempotency_key("a", "bc")
+        );
+        assert_eq!(key.len(), CALL_KEY_PREFIX.len() + FINAL_ID_DIGEST_HEX_CHARS);
+        assert!(key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.:-".contains(c)));
+    }
 
     proptest! {
         /// Every id [`turn_id_from_random`] makes has the turn-id shape; any

@@ -188,13 +188,44 @@ pub fn communicate_schema() -> &'static Value {
 }
 
 /// Plans one call: the call-time errors of runtime-control.md §5.1 first (no authority, then
-/// a closed policy), then the arguments ([`validate`]).
-pub fn plan(args: &Value, authority: Authority) -> Result<Communicate, String> {
+/// a closed policy), then the arguments ([`validate`]). A call that posts a message (`send_to`,
+/// `share_contact`) without the model's `messageId` gets an idempotency key derived from the
+/// turn it runs in, `turn_id`, and the call itself ([`turn_keyed`]).
+pub fn plan(
+    args: &Value,
+    authority: Authority,
+    turn_id: Option<&str>,
+) -> Result<Communicate, String> {
     match authority {
         Authority::Missing => Err(NO_AUTHORITY.to_owned()),
         Authority::Live(policy) if !is_enabled(policy) => Err(CLOSED.to_owned()),
-        Authority::Live(_) => validate(args),
+        Authority::Live(_) => validate(args).map(|planned| turn_keyed(planned, turn_id)),
     }
+}
+
+/// `planned` with an idempotency key derived from `turn_id` and the call
+/// (`canon_chunking::ids::call_idempotency_key`) when it posts a message and has no key yet.
+/// Canon stores a message once per key: a model that calls again after an error it cannot
+/// judge (a timeout, a daemon that died mid-call) makes the same call in the same turn, which
+/// must not post twice; a call the model gave its own `messageId` keeps it.
+pub fn turn_keyed(mut planned: Communicate, turn_id: Option<&str>) -> Communicate {
+    let Some(turn_id) = turn_id.filter(|t| !t.is_empty()) else {
+        return planned;
+    };
+    if let CanonRequest::Verb {
+        verb,
+        envelope,
+        value,
+    } = &mut planned.request
+    {
+        if matches!(*verb, "send_to" | "share_contact") && !envelope.contains_key("idempotencyKey")
+        {
+            let request = json!({"verb": *verb, "envelope": envelope, "value": value}).to_string();
+            let key = canon_chunking::ids::call_idempotency_key(turn_id, &request);
+            envelope.insert("idempotencyKey".to_owned(), Value::from(key));
+        }
+    }
+    planned
 }
 
 /// Checks the arguments and maps them to Canon: the checks of runtime-control.md §5.3 in their

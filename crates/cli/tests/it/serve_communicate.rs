@@ -177,3 +177,54 @@ async fn canon_failures_reach_the_model_with_their_exact_texts() {
     assert_eq!(verbs, 4, "one attempt per call");
     assert_eq!(shim.close().await, Some(0));
 }
+
+/// A send Canon stored but whose answer was lost (the connection dropped after the commit)
+/// reaches the model as an error; the model calls again with the same arguments in the same
+/// turn. Both calls carry one idempotency key, derived from the turn and the call, so Canon
+/// stores the message once; the same text in a later turn is a new message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_send_retried_in_its_turn_after_an_ambiguous_failure_is_stored_once() {
+    use super::shim_support::{complete_turn, ctx, open_turn};
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    let stored = |sim: &SimHandle, text: &str| {
+        sim.read_state(|s| {
+            s.messages
+                .iter()
+                .filter(|m| m.message["text"] == text && m.message["senderId"] == DEFAULT_AGENT)
+                .count()
+        })
+    };
+    let call = |text: &str| {
+        json!({"name": "canon_communicate", "ctx": ctx(),
+               "args": {"action": "message_existing", "conversationId": DEFAULT_CONVERSATION,
+                        "text": text}})
+    };
+    let (event_ref, _) = open_turn(&mut shim, &sim, "tell them").await;
+    sim.add_fault(fault("/agent/verbs/send_to", FaultAction::ProcessThenDrop))
+        .expect("a fault");
+    let first = shim.request("tool.call", call("Heads up")).await;
+    let first: Value =
+        serde_json::from_str(first["body"]["result"].as_str().expect("a result")).expect("JSON");
+    assert_eq!(
+        first["success"], false,
+        "the model sees the failure: {first}"
+    );
+    assert_eq!(stored(&sim, "Heads up"), 1, "Canon stored it");
+    let again = shim.request("tool.call", call("Heads up")).await;
+    let again: Value =
+        serde_json::from_str(again["body"]["result"].as_str().expect("a result")).expect("JSON");
+    assert_eq!(again["status"], "messaged", "{again}");
+    assert_eq!(stored(&sim, "Heads up"), 1, "the retry posted nothing new");
+    complete_turn(&mut shim, &event_ref).await;
+
+    let (later, _) = open_turn(&mut shim, &sim, "tell them again").await;
+    let next = shim.request("tool.call", call("Heads up")).await;
+    assert!(next["body"]["result"]
+        .as_str()
+        .is_some_and(|r| r.contains("messaged")));
+    assert_eq!(stored(&sim, "Heads up"), 2, "another turn, another message");
+    complete_turn(&mut shim, &later).await;
+    assert_eq!(shim.close().await, Some(0));
+}

@@ -485,13 +485,20 @@ fn authority_needs_a_connection_and_inside_a_turn_its_conversation() {
 #[test]
 fn call_time_errors_come_before_the_arguments() {
     let bad = json!({"action": "teleport"});
-    assert_eq!(plan(&bad, Authority::Missing), Err(NO_AUTHORITY.to_owned()));
     assert_eq!(
-        plan(&bad, Authority::Live(OutboundPolicy::Closed)),
+        plan(&bad, Authority::Missing, None),
+        Err(NO_AUTHORITY.to_owned())
+    );
+    assert_eq!(
+        plan(&bad, Authority::Live(OutboundPolicy::Closed), None),
         Err(CLOSED.to_owned())
     );
     assert_eq!(
-        plan(&bad, Authority::Live(OutboundPolicy::ApprovalRequired)),
+        plan(
+            &bad,
+            Authority::Live(OutboundPolicy::ApprovalRequired),
+            None
+        ),
         Err("communicate.text is required".to_owned())
     );
     assert!(is_enabled(OutboundPolicy::Open));
@@ -503,3 +510,43 @@ fn call_time_errors_come_before_the_arguments() {
 
 mod results;
 mod schema;
+
+/// A message-posting call inside a turn gets a key from the turn and the call when the model
+/// gave no `messageId`: the same call again in the same turn carries the same key (Canon
+/// stores it once), another text or another turn a new one; the model's own id is kept, and
+/// calls that post nothing (or run outside a turn) get none.
+#[test]
+fn a_posting_call_in_a_turn_is_keyed_by_the_turn_and_the_call() {
+    const TURN: &str = "hermes-0123456789abcdef0123";
+    let open = Authority::Live(OutboundPolicy::Open);
+    let key = |args: Value, turn: Option<&str>| match plan(&args, open, turn) {
+        Ok(Communicate {
+            request: CanonRequest::Verb { envelope, .. },
+            ..
+        }) => envelope.get("idempotencyKey").cloned(),
+        other => panic!("{other:?}"),
+    };
+    let send =
+        |text: &str| json!({"action": "message_existing", "conversationId": "c2", "text": text});
+    let first = key(send("Hello"), Some(TURN)).expect("a key");
+    assert!(first
+        .as_str()
+        .is_some_and(|k| k.starts_with(canon_chunking::ids::CALL_KEY_PREFIX)));
+    assert_eq!(key(send("Hello"), Some(TURN)), Some(first.clone()));
+    assert_ne!(key(send("Hello!"), Some(TURN)), Some(first.clone()));
+    assert_ne!(
+        key(send("Hello"), Some("hermes-0123456789abcdef0124")),
+        Some(first.clone())
+    );
+    assert_eq!(key(send("Hello"), None), None, "no turn, no key");
+    let direct = json!({"action": "start_direct", "principalId": "u9", "text": "Hi"});
+    assert!(key(direct, Some(TURN)).is_some());
+    let contact = json!({"action": "share_contact", "conversationId": "c2",
+                         "contactUserId": "u9"});
+    assert!(key(contact, Some(TURN)).is_some());
+    let own = json!({"action": "message_existing", "conversationId": "c2", "text": "Hello",
+                     "messageId": "mine-1"});
+    assert_eq!(key(own, Some(TURN)), Some(json!("mine-1")));
+    let group = json!({"action": "create_group", "memberIds": ["u1"], "name": "G"});
+    assert_eq!(key(group, Some(TURN)), None, "posts no message");
+}

@@ -34,7 +34,12 @@ impl Session {
             self.agent.outbound_policy,
             |conversation_id| self.machine.has_open_turn_in(conversation_id),
         );
-        match communicate::plan(&call.args.0, authority) {
+        let turn_id = call
+            .ctx
+            .session_key
+            .as_deref()
+            .and_then(|key| self.machine.open_turn(key));
+        match communicate::plan(&call.args.0, authority, turn_id) {
             Ok(planned) => {
                 tracing::debug!(action = ?planned.action, "canon_communicate call");
                 vec![SessionEffect::Communicate {

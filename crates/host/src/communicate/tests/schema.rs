@@ -252,7 +252,7 @@ proptest! {
     #[test]
     fn the_validator_never_panics_and_names_what_is_wrong(args in any_json()) {
         let authority = Authority::Live(OutboundPolicy::Open);
-        if let Err(error) = plan(&args, authority) {
+        if let Err(error) = plan(&args, authority, None) {
             prop_assert!(
                 error.starts_with("communicate.") || error.ends_with(" contains unsupported fields"),
                 "{}", error

@@ -163,9 +163,23 @@ fn a_call_in_its_turn_runs_one_verb_and_answers_with_the_mapped_result() {
         panic!("a verb: {call:?}");
     };
     assert_eq!(*verb, "send_to");
+    // Inside its turn the call is keyed by the turn and itself, so a repeat posts once.
+    let turn_id = daemon
+        .session
+        .machine
+        .open_turn(&session_key("c1"))
+        .expect("the open turn")
+        .to_owned();
+    let mut keyless = envelope.clone();
+    let key = keyless.remove("idempotencyKey").expect("a key");
     assert_eq!(
-        Value::Object(envelope.clone()),
+        Value::Object(keyless.clone()),
         json!({"targetUserId": "a2", "sessionSelection": {"mode": "new"}})
+    );
+    let request = json!({"verb": "send_to", "envelope": keyless, "value": value}).to_string();
+    assert_eq!(
+        key,
+        canon_chunking::ids::call_idempotency_key(&turn_id, &request)
     );
     assert_eq!(Value::Object(value.clone()), json!({"text": "hi"}));
 
