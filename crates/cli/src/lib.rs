@@ -46,6 +46,7 @@ mod dev;
 mod doctor;
 mod hermes;
 mod install;
+mod log_writer;
 mod pipe_io;
 mod send;
 mod serve;
@@ -157,7 +158,11 @@ pub fn run() -> ExitCode {
         Command::Card {
             command: CardCommand::Validate { file },
         } => card::validate_command(file.as_deref()),
-        Command::Send(args) => send::send_command(&args),
+        Command::Send(args) => {
+            let code = send::send_command(&args);
+            serve::flush_logs();
+            code
+        }
         Command::Dev(args) => dev::dev_command(&args),
         Command::Completions(args) => {
             completions::completions_command(&args, Cli::command(), &name)

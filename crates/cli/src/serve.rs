@@ -277,16 +277,32 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
 }
 
 /// Installs the stderr subscriber (`RUST_LOG`, default `info`): plain `LEVEL target: message`
-/// lines without colours or timestamps, which the shim parses (hermes-host.md §19.3).
+/// lines without colours or timestamps, which the shim parses (hermes-host.md §19.3). The lines
+/// go through a writer thread that drops (and counts) what a stalled reader cannot take, so a
+/// full stderr pipe never stops the daemon (src/log_writer.rs).
 pub(crate) fn install_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let writer = LOG_WRITER.get_or_init(|| {
+        crate::log_writer::QueuedStderr::start(std::io::stderr(), crate::log_writer::QUEUE_LINES)
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer.clone())
         .with_ansi(false)
         .without_time()
         .try_init();
+}
+
+/// The log writer [`install_logging`] started, for [`flush_logs`].
+static LOG_WRITER: std::sync::OnceLock<crate::log_writer::QueuedStderr> =
+    std::sync::OnceLock::new();
+
+/// Lets the log writer write what is queued (at most 500 ms) before the process exits.
+pub(crate) fn flush_logs() {
+    if let Some(writer) = LOG_WRITER.get() {
+        writer.flush(std::time::Duration::from_millis(500));
+    }
 }
 
 /// Resolves with the signal's name at the first SIGTERM or SIGINT, which then end the daemon
@@ -355,5 +371,6 @@ pub(crate) fn serve_command(args: &[&str]) -> u8 {
     });
     // Background tasks (the SSE stream) must not keep the process alive after EOF.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    flush_logs();
     u8::try_from(code).unwrap_or(exit::FAILED)
 }

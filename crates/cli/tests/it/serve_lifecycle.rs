@@ -39,6 +39,33 @@ async fn trace_logs_go_to_stderr_and_never_contain_the_api_key() {
     );
 }
 
+/// The daemon runs on one thread and logs to a pipe the shim drains from Python: a gateway too
+/// busy to read must not stop it. With `RUST_LOG=trace` and a stderr nobody reads, the pipe
+/// fills up, and every request is still answered (the lines that do not fit are dropped and
+/// counted, never waited for).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stderr_nobody_reads_never_stops_the_daemon() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn_logged(&sim, "trace", Stdio::piped(), &[]);
+    shim.connect(&sim).await;
+    let unread = |shim: &Shim| {
+        let stderr = shim.child.stderr.as_ref().expect("piped stderr");
+        rustix::io::ioctl_fionread(stderr).unwrap_or(0)
+    };
+    let mut turns = 0;
+    // Turns until the pipe is full (64 KiB on Linux), then some more.
+    while unread(&shim) < 60 * 1024 || turns < 20 {
+        assert!(turns < 2_000, "the logs never filled the pipe");
+        let (event_ref, _) = open_turn(&mut shim, &sim, &format!("turn {turns}")).await;
+        send_streamed(&mut shim, "an answer the logs describe").await;
+        complete_turn(&mut shim, &event_ref).await;
+        turns += 1;
+    }
+    let probe = shim.request("probe", serde_json::json!({})).await;
+    assert_eq!(probe["ok"], true, "{probe}");
+    assert_eq!(shim.close().await, Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn daemon_exits_when_the_parent_process_is_gone() {
     let sim = sim().await;
