@@ -396,7 +396,7 @@ impl Session {
                 };
                 ready
                     .into_iter()
-                    .map(|message| SessionEffect::Frame(self.inbound_line(message)))
+                    .map(|message| SessionEffect::Frame(self.inbound_line(message, now_ms)))
                     .collect()
             }
             SessionInput::Uploaded { request, result } => self.uploaded(request, result, now_ms),
@@ -482,6 +482,7 @@ impl Session {
             SessionInput::CardWake(wake) => self.card_wake(*wake),
             SessionInput::Timeout => {
                 let mut effects = self.inbox_let_go_expired(now_ms);
+                effects.extend(self.inbox_reoffers_due(now_ms));
                 effects.extend(self.feed(Input::Timeout, now_ms));
                 effects
             }
@@ -562,7 +563,7 @@ impl Session {
                 // daemon's stream replays it.
                 let refused = matches!(&result, Err(error) if error.retryable);
                 let mut effects = if refused {
-                    self.inbox_refused(&id);
+                    self.inbox_refused(&id, now_ms);
                     Vec::new()
                 } else {
                     self.inbox_answered(&id, queued_in, now_ms)
@@ -905,7 +906,7 @@ impl Session {
         }
         match step {
             StreamStep::Nothing => {}
-            StreamStep::Inbound(step) => effects.extend(self.inbound(step)),
+            StreamStep::Inbound(step) => effects.extend(self.inbound(step, now_ms)),
             StreamStep::Ring(conversation_id) => effects.push(SessionEffect::Ring(conversation_id)),
             StreamStep::Refetch => {
                 // The window runs from the last event before this one.
@@ -921,12 +922,14 @@ impl Session {
     }
 
     /// What a `message.created` event became.
-    fn inbound(&mut self, step: InboundStep) -> Vec<SessionEffect> {
+    fn inbound(&mut self, step: InboundStep, now_ms: u64) -> Vec<SessionEffect> {
         match step {
             InboundStep::Nothing => Vec::new(),
             InboundStep::ApprovalReceipt(receipt) => vec![SessionEffect::ApprovalReceipt(receipt)],
             InboundStep::CardReceipt(receipt) => vec![SessionEffect::CardReceipt(receipt)],
-            InboundStep::Send(message) => vec![SessionEffect::Frame(self.inbound_line(*message))],
+            InboundStep::Send(message) => {
+                vec![SessionEffect::Frame(self.inbound_line(*message, now_ms))]
+            }
             InboundStep::Materialize {
                 job,
                 conversation_id,

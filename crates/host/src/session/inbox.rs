@@ -27,6 +27,31 @@ const MAX_HOLDS: usize = 4096;
 /// still be replayed after the restart, so it may not be settled at the close.
 pub(crate) const LET_GO_GRACE_MS: u64 = 5_000;
 
+/// When a message the shim refused for now (the adapter is not connected) is offered again,
+/// after its first refusal: doubling from here up to [`REOFFER_MAX_MS`].
+pub(crate) const REOFFER_FIRST_MS: u64 = 5_000;
+/// The longest wait between two offers of one message.
+pub(crate) const REOFFER_MAX_MS: u64 = 60_000;
+/// How many times a message is offered in all. A gateway that stops refuses every offer until
+/// the daemon exits (the frame stays unsettled, and the next daemon's stream replays it); an
+/// adapter that refused for a moment takes a later offer, and the cursor moves on. Past the
+/// last offer the frame stays unsettled for the rest of the connection, said at ERROR.
+pub(crate) const MAX_OFFERS: u32 = 8;
+/// How long the shim may take to answer an `inbound.message` before the offer counts as
+/// refused for now: Hermes' `handle_message` queues the message and returns, so an answer this
+/// late means it is stuck, and the message is offered again (the shim drops a repeat of a
+/// message Hermes took).
+pub(crate) const INBOUND_ANSWER_MS: u64 = 120_000;
+
+/// A message on its way to Hermes that may be offered again: what the shim was sent, how many
+/// times, and when the offer pending now was sent.
+#[derive(Debug, Clone)]
+struct Offer {
+    message: InboundMessage,
+    offers: u32,
+    sent_at: u64,
+}
+
 /// What settles when the shim answers a handed-over message.
 #[derive(Debug, Clone)]
 struct Hold {
@@ -45,6 +70,10 @@ pub(crate) struct InboxState {
     by_event: HashMap<String, Hold>,
     /// Daemon request id → hold, for messages the shim has not answered yet.
     by_request: HashMap<String, Hold>,
+    /// Daemon request id → the offer, beside `by_request`.
+    offered: HashMap<String, Offer>,
+    /// Messages the shim refused for now, with the time of their next offer.
+    reoffers: Vec<(Hold, Offer, u64)>,
     /// Event reference → (Hermes session key, hold), for messages Hermes queued behind a
     /// running turn: they settle when their turn starts.
     queued: HashMap<String, (String, Hold)>,
@@ -360,9 +389,17 @@ impl Session {
         effects
     }
 
-    /// When the next let-go message settles by itself.
+    /// When the next let-go message settles by itself, a refused message is offered again, or
+    /// an unanswered offer counts as refused.
     pub(super) fn inbox_next_deadline(&self) -> Option<u64> {
-        self.inbox.let_go.values().map(|(_, _, at)| *at).min()
+        let let_go = self.inbox.let_go.values().map(|(_, _, at)| *at);
+        let reoffers = self.inbox.reoffers.iter().map(|(_, _, at)| *at);
+        let unanswered = self
+            .inbox
+            .offered
+            .values()
+            .map(|offer| offer.sent_at.saturating_add(INBOUND_ANSWER_MS));
+        let_go.chain(reoffers).chain(unanswered).min()
     }
 
     fn settle_let_go(
@@ -533,18 +570,64 @@ impl Session {
     }
 
     /// The line of an `inbound.message`; a held message now waits for the shim's answer.
-    pub(super) fn inbound_line(&mut self, message: InboundMessage) -> String {
+    pub(super) fn inbound_line(&mut self, message: InboundMessage, now_ms: u64) -> String {
+        self.offer_line(message, 1, now_ms)
+    }
+
+    /// [`Session::inbound_line`] for the `offers`-th offer of `message`.
+    fn offer_line(&mut self, message: InboundMessage, offers: u32, now_ms: u64) -> String {
         let hold = self.inbox.by_event.remove(&message.event_ref);
+        let offer = hold.as_ref().map(|_| Offer {
+            message: message.clone(),
+            offers,
+            sent_at: now_ms,
+        });
         let line = self.request_line(crate::protocol::DaemonRequest::InboundMessage(message));
-        if let Some(hold) = hold {
+        if let (Some(hold), Some(offer)) = (hold, offer) {
             if self.inbox.by_request.len() >= MAX_HOLDS {
                 self.inbox.by_request.clear();
+                self.inbox.offered.clear();
             }
-            self.inbox
-                .by_request
-                .insert(format!("d:{}", self.next_daemon_id), hold);
+            let request_id = format!("d:{}", self.next_daemon_id);
+            self.inbox.by_request.insert(request_id.clone(), hold);
+            self.inbox.offered.insert(request_id, offer);
         }
         line
+    }
+
+    /// The messages due for another offer at `now_ms` (refused for now, or unanswered past
+    /// [`INBOUND_ANSWER_MS`]): their lines.
+    pub(super) fn inbox_reoffers_due(&mut self, now_ms: u64) -> Vec<SessionEffect> {
+        let stuck: Vec<String> = self
+            .inbox
+            .offered
+            .iter()
+            .filter(|(_, offer)| now_ms.saturating_sub(offer.sent_at) >= INBOUND_ANSWER_MS)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for request_id in stuck {
+            tracing::warn!(
+                request_id,
+                "the shim did not answer an inbound message in time; it is offered again"
+            );
+            self.inbox_refused(&request_id, now_ms);
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.inbox.reoffers)
+            .into_iter()
+            .partition(|(_, _, at)| *at <= now_ms);
+        self.inbox.reoffers = later;
+        let mut effects = Vec::with_capacity(due.len());
+        for (hold, offer, _) in due {
+            tracing::info!(
+                message_id = hold.message_id.as_deref().unwrap_or(""),
+                offer = offer.offers + 1,
+                "offering an inbound message to Hermes again"
+            );
+            self.inbox.by_event.insert(hold.event_ref.clone(), hold);
+            let line = self.offer_line(offer.message, offer.offers + 1, now_ms);
+            effects.push(SessionEffect::Frame(line));
+        }
+        effects
     }
 
     /// The shim answered daemon request `request_id`: a held message is handled now (whether
@@ -557,6 +640,7 @@ impl Session {
         queued_in: Option<&str>,
         now_ms: u64,
     ) -> Vec<SessionEffect> {
+        self.inbox.offered.remove(request_id);
         let Some(hold) = self.inbox.by_request.remove(request_id) else {
             return Vec::new();
         };
@@ -581,14 +665,32 @@ impl Session {
     }
 
     /// The shim could not hand the message of daemon request `request_id` to Hermes (a
-    /// retryable error: the adapter is not connected): its frame never settles in this daemon,
-    /// so a successor's stream replays it.
-    pub(super) fn inbox_refused(&mut self, request_id: &str) {
-        if let Some(hold) = self.inbox.by_request.remove(request_id) {
-            tracing::warn!(
+    /// retryable error: the adapter is not connected), or did not answer in time: its frame
+    /// stays unsettled, and the message is offered again later (up to [`MAX_OFFERS`] times), so
+    /// an adapter that refused for a moment still gets it and the cursor moves on; a gateway
+    /// that is stopping refuses every offer, and a successor's stream replays it.
+    pub(super) fn inbox_refused(&mut self, request_id: &str, now_ms: u64) {
+        let offer = self.inbox.offered.remove(request_id);
+        let Some(hold) = self.inbox.by_request.remove(request_id) else {
+            return;
+        };
+        match offer {
+            Some(offer) if offer.offers < MAX_OFFERS => {
+                let wait = REOFFER_FIRST_MS
+                    .saturating_mul(1 << (offer.offers - 1).min(16))
+                    .min(REOFFER_MAX_MS);
+                tracing::warn!(
+                    message_id = hold.message_id.as_deref().unwrap_or(""),
+                    wait_ms = wait,
+                    "Hermes did not take an inbound message; it is offered again"
+                );
+                self.inbox.reoffers.push((hold, offer, now_ms + wait));
+            }
+            _ => tracing::error!(
                 message_id = hold.message_id.as_deref().unwrap_or(""),
-                "Hermes did not take an inbound message; it is replayed after a restart"
-            );
+                "Hermes did not take an inbound message after every offer; the stream's durable \
+                 cursor stays before it until the daemon restarts, and it is replayed then"
+            ),
         }
     }
 

@@ -476,6 +476,77 @@ fn a_message_the_shim_could_not_hand_to_hermes_stays_unsettled() {
     assert_eq!(daemon.session.inbox_cursor(), None);
 }
 
+/// An adapter that refused a message for a moment (or a shim that did not answer in time) is
+/// offered the message again, on a doubling schedule: when Hermes takes a later offer, the
+/// frame settles and the durable cursor moves on instead of staying before it for the rest of
+/// the connection. A message refused on every offer stays unsettled, for the next daemon.
+#[test]
+fn a_refused_message_is_offered_again_and_settles_when_hermes_takes_it() {
+    use crate::session::inbox::{INBOUND_ANSWER_MS, MAX_OFFERS, REOFFER_FIRST_MS};
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let refuse = |daemon: &mut Daemon, request: &str| {
+        let error = protocol::ErrorBody {
+            code: protocol::ErrorCode::NotConnected,
+            message: "no loop".into(),
+            retryable: true,
+        };
+        let refused = protocol::encode_response(request, "inbound.message", Err(&error));
+        daemon.handle_effects(SessionInput::Line(refused.into_bytes()))
+    };
+    let handed = daemon.handle_effects(frame("e-1", "m-1", "refused for a moment"));
+    let (request, event_ref) = handed_over(&handed);
+    assert_eq!(records(&refuse(&mut daemon, &request)), vec![]);
+    let due = daemon.session.next_deadline().expect("a re-offer is due");
+    assert_eq!(due, daemon.now + REOFFER_FIRST_MS);
+    daemon.now = due - 10;
+    let offered = daemon.handle_effects(SessionInput::Timeout);
+    let (again, again_ref) = handed_over(&offered);
+    assert_ne!(again, request);
+    assert_eq!(again_ref, event_ref, "the same message");
+    let settled = records(&daemon.handle_effects(answer(&again)));
+    assert!(
+        settled
+            .iter()
+            .any(|r| matches!(r, Record::Handled { message_id, .. } if message_id == "m-1")),
+        "{settled:?}"
+    );
+    assert_eq!(daemon.session.inbox_cursor(), Some("e-1"));
+
+    // A shim that never answers: after the answer wait the offer counts as refused.
+    let handed = daemon.handle_effects(frame("e-2", "m-2", "unanswered"));
+    let (first, _) = handed_over(&handed);
+    daemon.now += INBOUND_ANSWER_MS;
+    assert!(inbound_request_ids(&daemon.handle_effects(SessionInput::Timeout)).is_empty());
+    let late = daemon.handle_effects(answer(&first));
+    assert_eq!(
+        records(&late),
+        vec![],
+        "a late answer to a timed-out offer settles nothing"
+    );
+
+    // Refused on every offer: offered MAX_OFFERS times, then left for the next daemon.
+    let mut offers = 1;
+    loop {
+        let Some(due) = daemon.session.next_deadline() else {
+            break;
+        };
+        daemon.now = due - 10;
+        let offered = daemon.handle_effects(SessionInput::Timeout);
+        for request in inbound_request_ids(&offered) {
+            offers += 1;
+            refuse(&mut daemon, &request);
+        }
+        assert!(offers <= MAX_OFFERS, "offered {offers} times");
+    }
+    assert_eq!(offers, MAX_OFFERS);
+    assert_eq!(
+        daemon.session.inbox_cursor(),
+        Some("e-1"),
+        "e-2 stays unsettled"
+    );
+}
+
 /// A stream that closes while a message's hand-over is unanswered replays that message's frame
 /// on the next stream. The replay must not settle the frame (Hermes has not taken the message
 /// yet): a daemon killed before the shim's answer must leave the cursor before it, or its
