@@ -24,6 +24,7 @@ mod serve_approvals;
 mod serve_communicate;
 mod serve_config;
 mod serve_connect;
+mod serve_disk_full;
 mod serve_handshake;
 mod serve_hitl;
 mod serve_inbox;
