@@ -527,10 +527,7 @@ fn a_refused_message_is_offered_again_and_settles_when_hermes_takes_it() {
 
     // Refused on every offer: offered MAX_OFFERS times, then left for the next daemon.
     let mut offers = 1;
-    loop {
-        let Some(due) = daemon.session.next_deadline() else {
-            break;
-        };
+    while let Some(due) = daemon.session.next_deadline() {
         daemon.now = due - 10;
         let offered = daemon.handle_effects(SessionInput::Timeout);
         for request in inbound_request_ids(&offered) {
