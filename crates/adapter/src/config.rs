@@ -114,6 +114,11 @@ pub const MAX_PENDING_INBOUND: usize = 256;
 /// Hand-off files older than this are deleted at start (hermes-host.md Q8).
 pub const HANDOFF_MAX_AGE: Duration = Duration::from_secs(3_600);
 
+/// How often a running daemon deletes its stale hand-off files by default (older than
+/// [`HANDOFF_MAX_AGE`]): files of messages the shim refused or never read, and of
+/// `api.inbound_media` batches nobody took, would otherwise pile up for the daemon's lifetime.
+pub const HANDOFF_SWEEP: Duration = Duration::from_secs(600);
+
 /// The hand-off directory under `CANON_HOME` (hermes-host.md Q8, cli.md §6).
 pub const HANDOFF_DIR: &str = "tmp";
 
@@ -280,6 +285,9 @@ pub struct Config {
     /// The total deadline of one inbound attachment's download
     /// ([`MEDIA_DOWNLOAD_BUDGET`] in production; tests shorten it).
     pub media_download_budget: Duration,
+    /// How often stale hand-off files are deleted while the daemon runs ([`HANDOFF_SWEEP`] in
+    /// production; `CANON_HERMES_HANDOFF_SWEEP_MS`, tests shorten it).
+    pub handoff_sweep: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -314,6 +322,7 @@ impl std::fmt::Debug for Config {
             .field("crash_point", &self.crash_point)
             .field("clock_offset_ms", &self.clock_offset_ms)
             .field("media_download_budget", &self.media_download_budget)
+            .field("handoff_sweep", &self.handoff_sweep)
             .finish_non_exhaustive()
     }
 }

@@ -272,6 +272,7 @@ fn config_in(env: &DaemonEnv) -> (Config, Option<String>) {
             "CANON_HERMES_MEDIA_DOWNLOAD_MS",
             config::MEDIA_DOWNLOAD_BUDGET,
         ),
+        handoff_sweep: interval_ms(env, "CANON_HERMES_HANDOFF_SWEEP_MS", config::HANDOFF_SWEEP),
     };
     (config, error)
 }

@@ -96,6 +96,13 @@ where
             tracing::info!(files = swept, "deleted stale inbound media hand-off files");
         }
     }
+    // Stale hand-off files go at start and then every `handoff_sweep`.
+    let mut handoff_sweep = media_dir.as_ref().map(|_| {
+        let every = config.handoff_sweep.max(Duration::from_millis(10));
+        let mut sweep = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        sweep.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        sweep
+    });
     let mut parent_check = config.parent_pid.map(|_| {
         let mut check = tokio::time::interval(PARENT_CHECK);
         check.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -224,6 +231,21 @@ where
             Some(uploaded) = upload_rx.recv() => {
                 while driver.upload_tasks.try_join_next().is_some() {}
                 SessionInput::Uploaded { request: uploaded.request, result: uploaded.result }
+            }
+            () = tick(handoff_sweep.as_mut()) => {
+                if let Some(dir) = driver.media_dir.clone() {
+                    driver.spawn_background(async move {
+                        let swept = tokio::task::spawn_blocking(move || {
+                            sweep_handoff_dir(&dir, SystemTime::now())
+                        })
+                        .await
+                        .unwrap_or(0);
+                        if swept > 0 {
+                            tracing::info!(files = swept, "deleted stale inbound media hand-off files");
+                        }
+                    });
+                }
+                continue;
             }
             () = tick(parent_check.as_mut()) => {
                 if let Some(pid) = driver.config.parent_pid.filter(|pid| !process_exists(*pid)) {

@@ -18,7 +18,7 @@ use canon_sim::{SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION};
 use serde_json::{json, Value};
 
 use super::serve_support::slow_drip_server;
-use super::shim_support::{complete_turn, sim, start_turn, Shim, SESSION};
+use super::shim_support::{complete_turn, sim, start_turn, Shim, SESSION, WAIT};
 
 const PNG: &[u8] =
     b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
@@ -634,6 +634,36 @@ async fn stale_hand_off_files_are_deleted_at_start() {
     assert!(!stale.exists());
     assert!(fresh.exists());
     assert!(foreign.exists());
+    assert_eq!(shim.close().await, Some(0));
+}
+
+/// Hand-off files the shim never took (a refused message, a batch nobody read) must not pile
+/// up for a long-running daemon's lifetime: the sweep repeats while it runs (every
+/// `CANON_HERMES_HANDOFF_SWEEP_MS`, shortened here), deleting only its own stale files.
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_hand_off_files_are_deleted_while_the_daemon_runs() {
+    let sim = sim().await;
+    let home = tempfile::tempdir().expect("temp dir");
+    let dir = home.path().join("tmp");
+    let mut shim = Shim::media_in(&sim, home, &[("CANON_HERMES_HANDOFF_SWEEP_MS", "50")]);
+    shim.hello().await;
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let touch = |name: &str, age_s: u64| {
+        let path = dir.join(name);
+        let file = std::fs::File::create(&path).expect("created");
+        file.set_modified(SystemTime::now() - Duration::from_secs(age_s))
+            .expect("mtime set");
+        path
+    };
+    // Made after the start's sweep.
+    let stale = touch("canon-inbound-89ab-old.png", 2 * 3_600);
+    let fresh = touch("canon-inbound-cdef-new.png", 60);
+    let deadline = std::time::Instant::now() + WAIT;
+    while stale.exists() {
+        assert!(std::time::Instant::now() < deadline, "never swept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(fresh.exists());
     assert_eq!(shim.close().await, Some(0));
 }
 
