@@ -371,7 +371,10 @@ pub fn load_agents(path: &Path, bootstrap: Option<&str>) -> Result<AgentProfiles
 
 /// The write procedure of cli.md §6.1: create the parent directory when missing (mode `0700`),
 /// write `.<name>.<pid>.tmp` beside the target with the [`crate::pyjson::dumps`] bytes (created
-/// `0600`, then chmod `0600`, errors ignored), flush it to disk, rename it over the target. On
+/// `0600`, then chmod `0600`, errors ignored), flush it to disk, rename it over the target, and
+/// flush the directory, so a just-approved key survives a power cut. The temp file is always
+/// a new file: whatever stands at its name (a leftover, or a link planted to make the write
+/// land elsewhere) is removed first, and the create refuses to follow or reuse anything. On
 /// failure the temp file is removed and the target is unchanged.
 pub fn write_json_file(path: &Path, value: &Value) -> Result<(), StoreError> {
     let failed = |error: io::Error| StoreError::Write {
@@ -391,12 +394,25 @@ pub fn write_json_file(path: &Path, value: &Value) -> Result<(), StoreError> {
         .unwrap_or_default();
     let temp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
     let bytes = crate::pyjson::dumps(value);
+    let _ = fs::remove_file(&temp);
     let written = write_private(&temp, bytes.as_bytes()).and_then(|()| fs::rename(&temp, path));
     if let Err(error) = written {
         let _ = fs::remove_file(&temp);
         return Err(failed(error));
     }
+    sync_dir(&parent);
     Ok(())
+}
+
+/// Flushes a directory's entries (the rename) to disk; errors are ignored (some file systems
+/// cannot sync a directory, and the file itself is synced already).
+fn sync_dir(dir: &Path) {
+    #[cfg(unix)]
+    if let Ok(dir) = fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
 }
 
 #[cfg(unix)]
@@ -418,14 +434,15 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
 
 fn write_private(temp: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut options = fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    // A new file or nothing: O_CREAT|O_EXCL neither follows a link nor opens what exists.
+    options.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
         options.mode(0o600);
         let mut file = options.open(temp)?;
-        // chmod as well: the temp file may have existed, and the mode above is masked by the
-        // umask. Errors are ignored, as cli.md §6.1 says.
+        // chmod as well: the mode above is masked by the umask. Errors are ignored, as
+        // cli.md §6.1 says.
         let _ = file.set_permissions(fs::Permissions::from_mode(0o600));
         file.write_all(bytes)?;
         file.sync_all()

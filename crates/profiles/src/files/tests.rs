@@ -289,6 +289,30 @@ fn removing_one_entry_keeps_the_others_byte_for_byte() {
     assert_eq!(mode(&path), 0o600);
 }
 
+/// A link planted at the temp file's name (the directory is the user's, but a link is how a
+/// write is made to land elsewhere) is replaced, never followed: the file it points to keeps
+/// its bytes, and the target gets the new document as a regular file.
+#[test]
+fn a_link_at_the_temp_name_is_never_followed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("agents.json");
+    let victim = dir.path().join("victim.txt");
+    fs::write(&victim, "keep me").expect("write");
+    let temp = dir
+        .path()
+        .join(format!(".agents.json.{}.tmp", std::process::id()));
+    std::os::unix::fs::symlink(&victim, &temp).expect("a link");
+    write_json_file(&path, &json!({"a": {}})).expect("written");
+    assert_eq!(fs::read_to_string(&victim).expect("read"), "keep me");
+    let meta = fs::symlink_metadata(&path).expect("meta");
+    assert!(meta.is_file(), "a regular file, not the planted link");
+    assert_eq!(
+        fs::read_to_string(&path).expect("read"),
+        "{\n  \"a\": {}\n}"
+    );
+    assert!(fs::symlink_metadata(&temp).is_err(), "no temp file left");
+}
+
 #[test]
 fn write_is_atomic_and_cleans_up_on_failure() {
     let dir = tempfile::tempdir().expect("temp dir");
