@@ -17,6 +17,7 @@
 //! | a daemon that stops reading its stdin never blocks a post: frames that do not find the pipe empty wait for the writer thread, and all of them arrive once it reads again | hermes-host.md §19.9 |
 //! | what the shim remembers of inbound messages to drop a repeat holds no event text, and still answers a repeat of a queued message as queued | hermes-host.md §19.6 |
 //! | gateway calls waiting for a slow respawn and resync leave the loop's default executor free, and all get their answer once it is done | hermes-host.md §19.10 |
+//! | a `turn.closed` arriving while a resync rebuilds the turn bookkeeping waits for it, then applies whole | hermes-host.md §19.10 |
 
 use std::os::unix::process::CommandExt as _;
 use std::process::Command;
@@ -804,6 +805,43 @@ asyncio.run(main())
             serde_json::json!({"executor_free_within_1s": true, "resync_slow": true,
                                 "respawned": true, "results": ["answered True"]})
         ],
+        "{out}"
+    );
+}
+
+/// hermes-host.md §19.10. A respawn's resync rebuilds the turn bookkeeping (open turns, kept
+/// answers, dequeue chains, delivered turns) on the respawn thread while the new child's
+/// `turn.closed` changes the same structures on the event loop: each holds the bookkeeping's
+/// lock, so a `turn.closed` arriving mid-resync waits for it and then applies whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_closed_during_a_resync_waits_for_the_resyncs_bookkeeping() {
+    let sim = sim().await;
+    let code = r#"
+import threading
+
+async def main():
+    a = cls(PlatformConfig(enabled=True))
+    a._before['k'] = [({'turn_id': 't1'}, {}, ('step',), False)]
+    done = threading.Event()
+    def closed():
+        a._turn_closed('k', 't1')
+        done.set()
+    with a._turns_lock:  # as the resync holds it while it rebuilds the bookkeeping
+        worker = threading.Thread(target=closed)
+        worker.start()
+        applied_meanwhile = done.wait(0.3)
+        chain_meanwhile = [t[0]['turn_id'] for t in a._before.get('k', [])]
+    worker.join(10)
+    print(json.dumps({'applied_meanwhile': applied_meanwhile, 'chain_meanwhile': chain_meanwhile,
+                      'chain_after': 'k' in a._before,
+                      'delivered': [t['turn_id'] for t in a._delivered.get('k', [])]}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [serde_json::json!({"applied_meanwhile": false, "chain_meanwhile": ["t1"],
+                            "chain_after": false, "delivered": ["t1"]})],
         "{out}"
     );
 }
