@@ -295,7 +295,9 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             self._loop.call_soon_threadsafe(fatal)
 
     async def disconnect(self):
-        d = SUPERVISOR.stop() if SUPERVISOR.adapter in (self, None) else None
+        # `stop` waits for the supervisor's lock, which a respawn holds through its resync:
+        # off the loop, so the gateway keeps running meanwhile.
+        d = await asyncio.to_thread(SUPERVISOR.stop) if SUPERVISOR.adapter in (self, None) else None
         if d is not None and d.alive():
             for kind, body in (("adapter.disconnect", {"adapter_instance": self._instance}),
                                ("shutdown", {"reason": "disconnect"})):

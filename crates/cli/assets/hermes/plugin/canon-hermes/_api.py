@@ -159,8 +159,8 @@ def current_canon_inbound_media():
     return tuple(media)
 
 
-def _api_request(method, args, ctx):
-    return SUPERVISOR.get().request("api.call", {"method": method, "args": args, "ctx": ctx})
+def _api_body(method, args, ctx):
+    return {"method": method, "args": args, "ctx": ctx}
 
 
 def _api_value(body):
@@ -173,8 +173,11 @@ async def _api_call(method, args):
     """`method` on the daemon with the calling task's turn context; its value, or its error raised."""
     ctx = _context()
     try:
-        body = await asyncio.wait_for(asyncio.wrap_future(_api_request(method, args, ctx)),
-                                      TIMEOUTS["api.call"])
+        # The child comes from `aget`: while a respawn resyncs, the caller's loop keeps running.
+        daemon = await SUPERVISOR.aget()
+        body = await asyncio.wait_for(
+            asyncio.wrap_future(daemon.request("api.call", _api_body(method, args, ctx))),
+            TIMEOUTS["api.call"])
     except asyncio.TimeoutError:
         raise RuntimeError("canon-hermes daemon timed out") from None
     except DaemonError as exc:
