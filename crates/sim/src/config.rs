@@ -103,6 +103,12 @@ pub struct Switches {
     pub replay_buffer_events: usize,
     /// Replay buffer age limit (sim ms).
     pub replay_buffer_age_ms: u64,
+    /// A stand-in for a wide-area network: every request but the control API's takes this many
+    /// ms more, half before it is processed (the way in) and half after (the answer's way
+    /// back); 0 = loopback as it is.
+    pub rest_latency_ms: u64,
+    /// Up to this many ms more, drawn per request from the seeded generator.
+    pub rest_jitter_ms: u64,
 }
 
 impl Default for Switches {
@@ -137,6 +143,8 @@ impl Default for Switches {
             stream_health_project_id: None,
             replay_buffer_events: 1000,
             replay_buffer_age_ms: 3_600_000,
+            rest_latency_ms: 0,
+            rest_jitter_ms: 0,
         }
     }
 }

@@ -256,7 +256,7 @@ async fn handle(
         return Ok(to_response(&reply));
     }
     let conversation = conversation_of(&req);
-    let (principal, action, now) = shared.with(|s| {
+    let (principal, action, now, latency) = shared.with(|s| {
         let principal = req
             .bearer()
             .and_then(|k| s.principal_for_key(k))
@@ -271,12 +271,23 @@ async fn handle(
         let action = s.faults.take(&facts, &mut || {
             (ids.next_u64() >> 11) as f64 / (1u64 << 53) as f64
         });
+        let switches = &s.config.switches;
+        let jitter = match switches.rest_jitter_ms {
+            0 => 0,
+            most => ids.next_u64() % (most + 1),
+        };
+        let latency = Duration::from_millis(switches.rest_latency_ms + jitter);
         s.ids = ids;
         if req.path.starts_with("/files/") && req.header("authorization").is_some() {
             crate::state::push_bounded(&mut s.media_auth_seen, conn_id, crate::state::HISTORY_CAP);
         }
-        (principal, action, s.now())
+        (principal, action, s.now(), latency)
     });
+    // The way in: the request reaches Canon half a round trip after it was sent.
+    let (way_in, way_back) = (latency / 2, latency - latency / 2);
+    if !way_in.is_zero() {
+        tokio::time::sleep(way_in).await;
+    }
     let journal = |status: u16, response: Value| {
         let headers = req
             .headers
@@ -349,6 +360,9 @@ async fn handle(
             _ => None,
         };
         let agent = shared.read(|s| crate::checks::authenticate(s, &req));
+        if !way_back.is_zero() {
+            tokio::time::sleep(way_back).await;
+        }
         return match agent {
             Ok(agent) => {
                 journal(200, Value::Null);
@@ -369,6 +383,10 @@ async fn handle(
     let reply = shared
         .with(|s| crate::api::handle(s, &req))
         .unwrap_or_else(|| Reply::error(404, "NOT_FOUND", "no such endpoint"));
+    // The way back: the answer reaches the client half a round trip after Canon processed it.
+    if !way_back.is_zero() {
+        tokio::time::sleep(way_back).await;
+    }
     match action {
         Some(FaultAction::ProcessThenStatus { status }) => {
             let r = Reply::error(status, "SIM_FAULT", "injected fault after processing");

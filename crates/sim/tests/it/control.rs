@@ -193,3 +193,27 @@ async fn stream_control_and_events_over_http() {
     assert_eq!(r["streams"], 1);
     assert!(sse.next().await.is_none());
 }
+
+/// The wide-area stand-in: with `restLatencyMs` set through the control API, a REST call takes
+/// at least that long (half on the way in, half on the way back), and switching it off again
+/// restores loopback.
+#[tokio::test]
+async fn the_latency_switch_holds_each_rest_call_for_a_round_trip() {
+    let sim = sim().await;
+    let set = control(
+        &sim,
+        "POST",
+        "/switches",
+        Some(json!({"restLatencyMs": 200, "restJitterMs": 50})),
+    )
+    .await;
+    assert_eq!(set.status, 200, "{:?}", String::from_utf8_lossy(&set.body));
+    let sent = std::time::Instant::now();
+    let answer = call(&sim, "GET", "/agents/me", None).await;
+    let took = sent.elapsed();
+    assert_eq!(answer.status, 200);
+    assert!(took >= std::time::Duration::from_millis(200), "{took:?}");
+    sim.set_switches(|s| s.rest_latency_ms = 0);
+    sim.set_switches(|s| s.rest_jitter_ms = 0);
+    assert_eq!(sim.read_state(|s| s.config.switches.rest_latency_ms), 0);
+}
