@@ -106,6 +106,14 @@ pub fn is_retryable(kind: FailureKind) -> bool {
     }
 }
 
+/// Whether a read (a `GET`) that failed this way is worth another try: a read changes nothing,
+/// so every transport failure is, and so is an answer whose body was not what the read needs
+/// (a proxy's page, a body cut short and closed cleanly); retryable statuses too. Used where a
+/// failed read would otherwise end the caller for good (the connect's reads).
+pub fn is_retryable_read(kind: FailureKind) -> bool {
+    is_retryable_idempotent_write(kind) || kind == FailureKind::Decode
+}
+
 /// `is_retryable_idempotent_write`: retryable statuses and any transport
 /// error.
 pub fn is_retryable_idempotent_write(kind: FailureKind) -> bool {
@@ -213,6 +221,34 @@ mod tests {
             "{kind:?} without id"
         );
         assert_eq!(is_retryable(kind), reported_without_id, "{kind:?} reported");
+    }
+
+    #[test]
+    fn a_read_retries_every_transport_failure_and_an_undecodable_body() {
+        for kind in [
+            K::Connect,
+            K::ConnectTimeout,
+            K::WriteFailed,
+            K::ReadTimeout,
+            K::Reset,
+            K::Protocol,
+            K::Decode,
+            http(429),
+            http(503),
+        ] {
+            assert!(is_retryable_read(kind), "{kind:?}");
+        }
+        for kind in [
+            http(400),
+            http(401),
+            http(403),
+            http(404),
+            K::Blocked,
+            K::TooLarge,
+            K::Invalid,
+        ] {
+            assert!(!is_retryable_read(kind), "{kind:?}");
+        }
     }
 
     #[test]

@@ -49,10 +49,12 @@ impl Driver {
     pub(super) async fn connect_calls(
         &mut self,
     ) -> Result<(AgentMe, Vec<Conversation>), ConnectFailure> {
+        // Both calls are reads: a cut or malformed answer is worth another try as much as a
+        // timeout is, and a refusal here would stop the gateway's start for good.
         let call_failed = |error: &TransportError| ConnectFailure::Call {
             status: error.status(),
             message: error.to_string(),
-            retryable: error.is_retryable(),
+            retryable: canon_wire::retry::is_retryable_read(error.kind()),
         };
         let client = self
             .client()

@@ -103,6 +103,49 @@ async fn failing_conversation_list_fails_connect_retryably() {
     assert_eq!(shim.close().await, Some(0));
 }
 
+/// The connect's calls are reads: a conversation list cut off mid-body or answered with a body
+/// that is not JSON (a proxy's page) is refused as retryable, so Hermes tries again instead of
+/// ending the gateway's start, and the retry connects.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cut_or_malformed_conversation_list_fails_connect_retryably() {
+    use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule, MalformedKind};
+    let sim = sim().await;
+    let once = |action: FaultAction| FaultRule {
+        id: String::new(),
+        matcher: FaultMatcher {
+            method: Some("GET".to_owned()),
+            path: Some("/conversations".to_owned()),
+            times: Some(1),
+            ..FaultMatcher::default()
+        },
+        action,
+        seen: 0,
+        fired: 0,
+    };
+    let mut shim = Shim::spawn(&sim);
+    assert_eq!(shim.hello().await["ok"], true);
+    let body = json!({"adapter_instance": 1, "config": {"extra": {}, "typing_indicator": true},
+                      "host": {"streaming_enabled": true}});
+    for action in [
+        FaultAction::ResetMidBody,
+        FaultAction::Malformed {
+            kind: MalformedKind::InvalidJson,
+        },
+    ] {
+        sim.add_fault(once(action)).expect("fault installed");
+        let refused = shim.request("adapter.connect", body.clone()).await;
+        assert_eq!(refused["body"]["connected"], false, "{refused}");
+        assert_eq!(
+            refused["body"]["fatal"]["code"], "connect_failed",
+            "{refused}"
+        );
+        assert_eq!(refused["body"]["fatal"]["retryable"], true, "{refused}");
+    }
+    let retried = shim.request("adapter.connect", body).await;
+    assert_eq!(retried["body"]["connected"], true, "{retried}");
+    assert_eq!(shim.close().await, Some(0));
+}
+
 /// How many requests the sim journal holds of exactly `method path`.
 fn count_requests(sim: &SimHandle, method: &str, path: &str) -> usize {
     sim.journal(0, Some(path))
