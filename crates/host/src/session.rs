@@ -760,15 +760,20 @@ impl Session {
                     .and_then(requests::send_key)
                     .unwrap_or(random);
                 let metadata = send.metadata.unwrap_or_default();
+                let mut closed = None;
                 let reply_to = match send.reply_to {
                     None if send.ctx.session_key.is_none()
                         && !metadata.contains_key("reply_to_message_id") =>
                     {
                         self.inbox_redelivery_reply(&send.chat_id)
+                            .map(|(reply_to, record)| {
+                                closed = Some(record);
+                                reply_to
+                            })
                     }
                     reply_to => reply_to,
                 };
-                self.feed(
+                let mut effects = self.feed(
                     Input::Send(HostSend {
                         request,
                         session_key: send.ctx.session_key,
@@ -779,7 +784,9 @@ impl Session {
                         random,
                     }),
                     now_ms,
-                )
+                );
+                effects.extend(closed);
+                effects
             }
             ShimRequest::AdapterEdit(edit) => {
                 let request = self.register(id, re);

@@ -450,8 +450,15 @@ impl Session {
     /// A gateway that stopped before it could deliver a turn's answer sends it again after its
     /// restart, outside any session and replying to nothing (Hermes' recovered-final
     /// redelivery). Such a send in `conversation`, where a predecessor left a turn open, is that
-    /// turn's answer: the message it replies to (the inheritance ends).
-    pub(super) fn inbox_redelivery_reply(&mut self, conversation: &str) -> Option<String> {
+    /// turn's answer: the message it replies to, and the record that closes that turn in the
+    /// journal (the inheritance ends). The turn is closed as the answer is claimed: the send
+    /// itself survives a daemon crash (the shim sends a turn-less send again to the respawned
+    /// daemon, under the same ids), while a turn left open would have the next daemon hand the
+    /// message to Hermes' resume, which answers it a second time.
+    pub(super) fn inbox_redelivery_reply(
+        &mut self,
+        conversation: &str,
+    ) -> Option<(String, SessionEffect)> {
         let session = self
             .inbox
             .inherited
@@ -464,7 +471,11 @@ impl Session {
             session_key = %session,
             "a redelivered answer replies to its interrupted turn's message"
         );
-        ids.into_iter().next()
+        let reply_to = ids.into_iter().next()?;
+        let closed = SessionEffect::Inbox(vec![Record::TurnClosed {
+            session_key: session,
+        }]);
+        Some((reply_to, closed))
     }
 
     /// A respawned daemon's shim handed these sessions' running turns over: they go on as

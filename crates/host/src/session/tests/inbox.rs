@@ -448,8 +448,17 @@ fn an_answer_redelivered_after_a_restart_replies_to_its_interrupted_turns_messag
             _ => None,
         })
     };
-    let first = reply_to(&daemon.handle_effects(send("s1"))).expect("a delivery");
+    let effects = daemon.handle_effects(send("s1"));
+    let first = reply_to(&effects).expect("a delivery");
     assert!(first.contains("\"m-7\""), "{first}");
+    // The journal closes the interrupted turn with it: after another crash the next daemon
+    // must not hand m-7 to Hermes' resume, which would answer it a second time.
+    assert_eq!(
+        records(&effects),
+        vec![Record::TurnClosed {
+            session_key: session_key("c1")
+        }]
+    );
     // Once: a second turn-less send is just a send.
     let second = reply_to(&daemon.handle_effects(send("s2"))).expect("a delivery");
     assert!(!second.contains("m-7"), "{second}");
