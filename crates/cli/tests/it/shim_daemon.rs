@@ -840,8 +840,10 @@ asyncio.run(main())
     let out = shim_python(&sim, code).await;
     assert_eq!(
         reports(&out),
-        [serde_json::json!({"applied_meanwhile": false, "chain_meanwhile": ["t1"],
-                            "chain_after": false, "delivered": ["t1"]})],
+        [
+            serde_json::json!({"applied_meanwhile": false, "chain_meanwhile": ["t1"],
+                            "chain_after": false, "delivered": ["t1"]})
+        ],
         "{out}"
     );
 }
