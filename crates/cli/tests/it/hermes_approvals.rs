@@ -414,7 +414,7 @@ async fn real_gateway_receipt_wakes_once_and_a_token_from_another_conversation_i
         asked["health"],
         json!({"adapterCount": 1, "transportConnected": true, "openTurnCount": 1,
                "boundNativeTurnCount": 1, "orphanedTurnCount": 0, "activeTurnBound": true,
-               "code": null}),
+               "code": null, "eventGap": null}),
         "{asked:#}"
     );
     let value = &asked["value"];

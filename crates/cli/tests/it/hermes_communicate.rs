@@ -489,8 +489,18 @@ async fn real_gateway_communicate_open_policy_reaches_canon_with_every_action() 
                "body": {"encoding": "json", "value": {"text": "Status: on track",
                         "messageOptions": {"metadata": {"turnSemantics": "turn_complete"}}}}})
     );
+    // Without the model's messageId, a send inside a turn is keyed by the turn and the call.
+    let mut envelope = calls[3].1["envelope"].clone();
+    let key = envelope
+        .as_object_mut()
+        .and_then(|e| e.remove("idempotencyKey"))
+        .unwrap_or_default();
+    assert!(
+        key.as_str().is_some_and(|k| k.starts_with("hermes-call-")),
+        "{key}"
+    );
     assert_eq!(
-        calls[3].1["envelope"],
+        envelope,
         json!({"targetUserId": HELPER, "sessionSelection": {"mode": "new"}})
     );
     assert_eq!(
