@@ -1,36 +1,13 @@
 //! The black-box fault harness: a real hermes-agent 0.19.0 gateway, the real shim and the real
-//! daemon against canon-sim with fault rules, while the harness kills, stops and starves the
-//! daemon and restarts or kills the gateway at seeded random points. Everything is on loopback.
+//! daemon against canon-sim with fault rules, while the harness kills the daemon with `kill -9`
+//! and restarts the gateway at seeded random points. Everything is on loopback.
 //!
 //! Humans write in several conversations at once (direct ones and groups that mention the
 //! agent); a few of their messages make the scripted model ask a durable approval, which the
 //! harness answers after a seeded delay, sometimes while the daemon or the gateway is down.
-//! What goes wrong meanwhile:
-//! - **Canon** (canon-sim fault rules, [`fault_rules`]): every stream connection closes after a
-//!   few events; some sends are committed and then answered with a 5xx, a dropped connection or
-//!   a body cut mid-way (the ambiguous failure); some requests are refused with 503 before they
-//!   are processed, and some are slow. Some `/streaming` previews stall 7 s, past the daemon's
-//!   5 s preview budget (and, in runs of 100 messages or more, a few 31 s, past the client's
-//!   read timeout). Some answers of `POST /runtime/turn`, `POST /streaming` and
-//!   `GET /conversations` are malformed (processed, then `{not json` or an empty 200) or cut
-//!   mid-body. Some stream connections start with a frame over the 4 MiB frame limit, or with a
-//!   frame whose data is not JSON.
-//! - **Media**: some human messages carry an image whose URL points at a server the harness runs
-//!   on loopback, which drips the body a byte at a time, stalls after the head, or answers 404.
-//!   The daemon's download budget is shortened to 3 s; it gives each up and hands the message on
-//!   without the attachment, and every other conversation goes on.
-//! - **The daemon's process**: `kill -9` (the shim respawns it); SIGSTOP for a while, then
-//!   SIGCONT, while the harness samples the gateway's main thread, which must not sit blocked on
-//!   the stopped daemon (Hermes keeps serving); a full disk: the soft `RLIMIT_FSIZE` of every
-//!   daemon of the profile (one respawned meanwhile included) lowered for a while, for the first
-//!   half to 7 bytes past the inbox journal's size (a short write, then EFBIG, which the
-//!   daemon's SIGXFSZ handler turns into a failed write), for the second half to 0 (a
-//!   compaction's new file cannot be written either), then restored. The full disk runs beside
-//!   the other faults (a kill or a restart may fall inside it); the others run one after the
-//!   other.
-//! - **The gateway**: a graceful restart (SIGTERM, then a new gateway on the same profile and
-//!   Canon home), and a joint SIGKILL of the gateway with everything under it and of the daemon's
-//!   process group (its own session), as a power loss does, then a new gateway.
+//! Canon misbehaves throughout: every stream connection closes after a few events, some sends
+//! are committed and then answered with a 5xx or a dropped connection (the ambiguous failure),
+//! some requests are refused with 503 before they are processed, and some are slow.
 //!
 //! When the plan is done and the agent went quiet, the harness counts from the simulator's
 //! state and journal (never by sleeping on a guess):
@@ -42,43 +19,26 @@
 //! - **duplicated durable messages**: agent messages of one turn with the same text stored more
 //!   than once;
 //! - **lost approvals**: approval requests that never reached Canon, and answered approvals
-//!   whose decision never woke the agent; **doubled approvals**: decisions that woke it twice;
+//!   whose decision never woke the agent; **doubled approvals**: decisions that woke it twice.
+//!
 //! - **unclosed turns**: Canon turns that never got a closing state (`completed` or
-//!   `interrupted`): the agent would show as working there until Canon reads the turn stale;
-//! - **gateway blocked**: daemon stops during which the gateway's main thread (its event loop)
-//!   stayed out of its poll wait for [`BLOCKED`] or longer.
+//!   `interrupted`): the agent would show as working there until Canon reads the turn stale.
 //!
-//! It prints the run's figures and then one line per fault kind with how many times it was
-//! injected (`fault …:`), and the daemon kills, stops, gateway restarts and joint kills.
-//!
-//! `cargo test` (and so CI) runs the short default, about 70 s on 2 cores when it passes (a
-//! failure waits out [`QUIET`] as well): seed 3, 40 messages in 4 conversations, 2 approvals, 3
-//! attachments (one of each media fault), 3 daemon kills, 1 gateway restart and 1 joint kill,
-//! with every Canon fault above met at least once (the 31 s preview read timeouts excepted):
-//! the rarer ones fire on fixed occurrences of their request, not by chance. The daemon stop
-//! and the full disk are not in the short default yet: with kills and restarts after them they
-//! still lose or double a message (a turn Hermes finished while the daemon was stopped, then a
-//! kill and a restart, is never answered; messages handled while the journal could not be
-//! written are answered again after a crash). Each has its own deterministic test
-//! (`shim_daemon.rs`, `serve_disk_full.rs`); `CANON_FAULTS_STOPS=1 CANON_FAULTS_DISK_FULL=1`
-//! adds them here. The chaos points are seeded (a stop and a full disk in the first half of the
-//! messages) but the timing around them is not, so each run meets the faults a little
-//! differently. A failure prints every count, the faults the harness caused with their times
-//! (UTC, as the gateway logs) and the per-message table with the time each message was sent;
-//! rerun it with `CANON_TEST_KEEP_LOGS` to keep what explains it.
-//!
-//! On its own: `cargo test -p canon-hermes --test faults -- --nocapture`. The knobs
-//! (`CANON_FAULTS_*`): `SEED`, `MESSAGES`, `CONVERSATIONS`, `APPROVALS`, `MEDIA` (messages with a
-//! faulty attachment), `KILLS`, `RESTARTS` (graceful), `STOPS` and `STOP_MS`, `DISK_FULL` and
-//! `DISK_FULL_MS`, `JOINT_KILLS`; 0 turns a harness-caused fault off (`CANON_FAULTS_RESTARTS=0
-//! CANON_FAULTS_JOINT_KILLS=0` for a run without gateway restarts). A longer one:
-//! `CANON_FAULTS_MESSAGES=300 CANON_FAULTS_CONVERSATIONS=8 CANON_FAULTS_APPROVALS=4
-//! CANON_FAULTS_KILLS=4 CANON_FAULTS_RESTARTS=3 CANON_FAULTS_STOPS=1 CANON_FAULTS_STOP_MS=30000
-//! CANON_FAULTS_DISK_FULL=1 CANON_FAULTS_SEED=7
+//! `cargo test` (and so CI) runs the short default: 40 messages in 4 conversations, 2
+//! approvals, 3 daemon kills and 1 gateway restart, seed 3, about 40 s. The kill and restart
+//! points are seeded but the timing around them is not, so each run meets the faults a little
+//! differently; ten runs in a row of the short default passed after the last fixes (Canon turns
+//! a kill followed by a gateway stop left open, a message popped for a start the stop
+//! cancelled, a boundary deferred during a respawn's resync). A failure prints every count and
+//! the per-message table; rerun it with `CANON_TEST_KEEP_LOGS` to keep what explains it.
+//! On its own: `cargo test -p canon-hermes --test faults -- --nocapture`
+//! (`CANON_FAULTS_RESTARTS=0` for kills only); a longer one:
+//! `CANON_FAULTS_MESSAGES=400 CANON_FAULTS_CONVERSATIONS=8 CANON_FAULTS_APPROVALS=4
+//! CANON_FAULTS_KILLS=4 CANON_FAULTS_RESTARTS=3 CANON_FAULTS_SEED=7
 //! cargo test -p canon-hermes --test faults -- --nocapture` (README "Fault harness").
 //! `CANON_TEST_KEEP_LOGS=<dir>` keeps the gateway logs, the daemons' `CANON_HOME` (the durable
-//! inbox journals), the simulator's journal and its messages and turn records under
-//! `<dir>/faults/`.
+//! inbox journals), the simulator's journal and its
+//! messages and turn records under `<dir>/faults/`.
 
 // The real-gateway harness shared with the `tests` binary; this binary uses only part of it.
 #[allow(dead_code)]
@@ -88,7 +48,7 @@ mod gateway_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -99,7 +59,6 @@ use canon_sim::journal::JOURNAL_CAP;
 use canon_sim::model::{ModelServer, Script};
 use canon_sim::state::{ConversationSpec, State};
 use canon_sim::{Sim, SimHandle, DEFAULT_AGENT, DEFAULT_CONVERSATION, DEFAULT_OWNER};
-use rustix::process::{Pid, Resource, Rlimit, Signal};
 use serde_json::{json, Value};
 
 use gateway_support::{restart_gateway, start_gateway_with, Gateway, GatewayOptions};
@@ -119,19 +78,6 @@ const SETTLE: Duration = Duration::from_secs(5);
 const WAKE_ANSWER: &str = "Decision noted.";
 /// The answer of a turn that asked an approval.
 const ASKED_ANSWER: &str = "Approval asked, waiting.";
-/// A `/streaming` stall: past the daemon's preview write budget (5 s), so the preview is given
-/// up while Canon still holds the request (and then applies it late).
-const PREVIEW_STALL_MS: u64 = 7_000;
-/// The daemon's total budget per attachment download in this run
-/// (`CANON_HERMES_MEDIA_DOWNLOAD_MS`; 90 s by default), so a dripping or stalled attachment
-/// holds its conversation for seconds, not minutes.
-const MEDIA_BUDGET_MS: u64 = 3_000;
-/// The gateway's main thread out of its poll wait this long while the daemon is stopped: the
-/// event loop is stuck behind the daemon, and Hermes serves nothing else.
-const BLOCKED: Duration = Duration::from_secs(2);
-/// How long the harness waits for a daemon to exist (a respawn after a kill) before a stop or
-/// a full disk; without one the fault is skipped and reported so.
-const DAEMON_WAIT: Duration = Duration::from_secs(20);
 
 /// The run's size, from the environment (`CANON_FAULTS_*`) or the short CI defaults.
 #[derive(Debug, Clone, Copy)]
@@ -140,15 +86,8 @@ struct Size {
     messages: usize,
     conversations: usize,
     approvals: usize,
-    /// Messages with an attachment from the faulty media server.
-    media: usize,
     kills: usize,
     restarts: usize,
-    stops: usize,
-    stop: Duration,
-    disk_full: usize,
-    disk_full_for: Duration,
-    joint_kills: usize,
 }
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -166,22 +105,16 @@ impl Size {
             messages: n("CANON_FAULTS_MESSAGES", 40),
             conversations: n("CANON_FAULTS_CONVERSATIONS", 4),
             approvals: n("CANON_FAULTS_APPROVALS", 2),
-            media: n("CANON_FAULTS_MEDIA", 3),
             kills: n("CANON_FAULTS_KILLS", 3),
             restarts: n("CANON_FAULTS_RESTARTS", 1),
-            stops: n("CANON_FAULTS_STOPS", 0),
-            stop: Duration::from_millis(env_number("CANON_FAULTS_STOP_MS", 8_000)),
-            disk_full: n("CANON_FAULTS_DISK_FULL", 0),
-            disk_full_for: Duration::from_millis(env_number("CANON_FAULTS_DISK_FULL_MS", 6_000)),
-            joint_kills: n("CANON_FAULTS_JOINT_KILLS", 1),
         };
         assert!(
             (1..=26).contains(&size.conversations),
             "1 to 26 conversations"
         );
         assert!(
-            size.approvals + size.media <= size.messages,
-            "more approvals and attachments than messages"
+            size.approvals <= size.messages,
+            "more approvals than messages"
         );
         size
     }
@@ -212,46 +145,14 @@ struct Lane {
     group: bool,
 }
 
-/// How the media server answers the download of an attachment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MediaFault {
-    /// A 200 head announcing 100,000 bytes, then one byte every 200 ms.
-    Drip,
-    /// A 200 head and the first 8 bytes, then nothing until the client hangs up.
-    Stall,
-    /// 404.
-    Gone,
-}
-
-impl MediaFault {
-    const ALL: [Self; 3] = [Self::Drip, Self::Stall, Self::Gone];
-
-    fn path(self) -> &'static str {
-        match self {
-            Self::Drip => "/drip.png",
-            Self::Stall => "/stall.png",
-            Self::Gone => "/gone.png",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            Self::Drip => 0,
-            Self::Stall => 1,
-            Self::Gone => 2,
-        }
-    }
-}
-
 /// A message the harness sends: its label (`A3`, or `P2` for the second approval request), its
-/// lane, the pause before it, whether it asks an approval and the attachment it carries.
+/// lane, the pause before it and whether it asks an approval.
 #[derive(Debug, Clone)]
 struct Planned {
     label: String,
     lane: usize,
     gap_before: Duration,
     approval: bool,
-    media: Option<MediaFault>,
 }
 
 /// A fault the harness causes itself, at a time after the first message.
@@ -261,14 +162,6 @@ enum Chaos {
     KillDaemon,
     /// SIGTERM to the gateway, then a new gateway on the same profile and Canon home.
     RestartGateway,
-    /// SIGSTOP to the daemon, SIGCONT after [`Size::stop`].
-    StopDaemon,
-    /// The daemon's file-size limit a few bytes past its inbox journal for
-    /// [`Size::disk_full_for`].
-    DiskFull,
-    /// SIGKILL to the gateway (and every process under it) and to the daemon's process group
-    /// at once, then a new gateway on the same profile and Canon home.
-    JointKill,
 }
 
 /// The whole run, decided by the seed before anything starts.
@@ -328,7 +221,6 @@ fn plan(size: Size) -> Plan {
                 Duration::from_millis(rng.between(100, 900))
             },
             approval,
-            media: None,
         });
     }
     let span: Duration = messages.iter().map(|m| m.gap_before).sum();
@@ -336,25 +228,12 @@ fn plan(size: Size) -> Plan {
     let mut chaos: Vec<(Duration, Chaos)> = (0..size.kills)
         .map(|_| Chaos::KillDaemon)
         .chain((0..size.restarts).map(|_| Chaos::RestartGateway))
-        .chain((0..size.stops).map(|_| Chaos::StopDaemon))
-        .chain((0..size.disk_full).map(|_| Chaos::DiskFull))
-        .chain((0..size.joint_kills).map(|_| Chaos::JointKill))
-        .map(|c| {
-            // A stop and a full disk fall in the first half, so messages keep coming while
-            // they last (the faults before them push them later).
-            let last = match c {
-                Chaos::StopDaemon | Chaos::DiskFull => span_ms / 2,
-                _ => span_ms,
-            };
-            (Duration::from_millis(rng.between(span_ms / 20, last)), c)
-        })
+        .map(|c| (Duration::from_millis(rng.between(span_ms / 20, span_ms)), c))
         .collect();
     chaos.sort_by_key(|(at, _)| *at);
     // The shim stops respawning after 5 daemon exits within 300 s (a crash loop, reported to
     // Hermes as a fatal adapter error; `CRASH_LIMIT` in the shim's `_daemon.py`): a plan with
-    // more kills than that would measure the crash-loop guard, not recovery. (A joint kill or a
-    // restart brings a new shim, whose count starts again; counting every kill is the safe
-    // side.)
+    // more kills than that would measure the crash-loop guard, not recovery.
     let kills: Vec<Duration> = chaos
         .iter()
         .filter(|(_, c)| matches!(c, Chaos::KillDaemon))
@@ -371,18 +250,6 @@ fn plan(size: Size) -> Plan {
     let approval_delays = (0..size.approvals)
         .map(|_| Duration::from_millis(rng.between(500, 8000)))
         .collect();
-    // Which plain messages carry a faulty attachment: distinct, seeded, the kinds in turn.
-    let plain: Vec<usize> = (0..messages.len())
-        .filter(|i| !messages[*i].approval)
-        .collect();
-    let mut carrying = BTreeSet::new();
-    while carrying.len() < size.media {
-        carrying
-            .insert(plain[usize::try_from(rng.between(0, plain.len() as u64 - 1)).expect("fits")]);
-    }
-    for (n, i) in carrying.into_iter().enumerate() {
-        messages[i].media = Some(MediaFault::ALL[n % MediaFault::ALL.len()]);
-    }
     Plan {
         lanes,
         messages,
@@ -420,129 +287,37 @@ fn script(plan: &Plan) -> Script {
     Script::parse(&json!({"model": "fake-model", "rules": rules}).to_string()).expect("script")
 }
 
-/// The 1-based occurrences `first`, `first + every`, … (`count` of them): a fault on fixed
-/// occurrences is met by every run, however the timing around it falls.
-fn occurrences(first: u64, every: u64, count: u64) -> Vec<u64> {
-    (0..count).map(|i| first + i * every).collect()
-}
-
-/// An SSE frame whose data is not JSON (an event the daemon must skip), and one without an
-/// event name; neither has an id, so the stream's cursor stays where it was.
-const NOT_JSON_FRAMES: &str =
-    "event: message.created\ndata: {not json\n\ndata: not json either\n\n";
-/// Data bytes of the oversized frame: just over the daemon's 4 MiB frame limit
-/// (`canon_wire::sse::MAX_FRAME_BYTES`).
-const OVERSIZE_FRAME_BYTES: usize = 4 * 1024 * 1024 + 1024;
-
 /// Canon's misbehaviour for the whole run (canon-sim fault rules, drawn from its seeded
-/// generator or on fixed occurrences), each with the fault kind it counts for. The first rule
-/// that fires wins, so the rarer faults come first.
-fn fault_rules(size: Size) -> Vec<(&'static str, Value)> {
+/// generator). The first rule that fires wins, so the rarer faults come first.
+fn fault_rules(size: Size) -> Vec<Value> {
     let mut rules = vec![
-        // A few stream connections start with a frame the daemon must refuse (over its frame
-        // limit: the connection is dropped and opened again from the cursor) or skip (not
-        // JSON); both then close after a few events like every other.
-        (
-            "oversized SSE frames",
-            json!({"matcher": {"method": "GET", "path": "/agents/stream",
-                               "nth": occurrences(3, 50, 40)},
-                   "action": {"type": "sse", "closeAfterFrames": 9,
-                              "oversizeBytes": OVERSIZE_FRAME_BYTES}}),
-        ),
-        (
-            "non-JSON SSE frames",
-            json!({"matcher": {"method": "GET", "path": "/agents/stream",
-                               "nth": occurrences(2, 40, 50)},
-                   "action": {"type": "sse", "closeAfterFrames": 9,
-                              "rawPrelude": NOT_JSON_FRAMES}}),
-        ),
         // Every stream connection closes after a few events: the daemon reconnects with its
         // cursor and the simulator replays what it missed.
-        (
-            "stream closes",
-            json!({"matcher": {"method": "GET", "path": "/agents/stream"},
-                   "action": {"type": "sse", "closeAfterFrames": 9}}),
-        ),
-        // Previews that outlast the daemon's preview budget: it gives them up (only that
-        // conversation's live preview waits) and Canon applies them late.
-        (
-            "/streaming stalls (7 s)",
-            json!({"matcher": {"method": "POST", "path": "/streaming",
-                               "nth": occurrences(4, 45, 60)},
-                   "action": {"type": "delay_before", "ms": PREVIEW_STALL_MS}}),
-        ),
-        // Answers the daemon cannot read, after Canon processed the request.
-        (
-            "malformed REST bodies",
-            json!({"matcher": {"method": "POST", "path": "/runtime/turn",
-                               "nth": occurrences(7, 50, 60)},
-                   "action": {"type": "malformed", "kind": "invalid_json"}}),
-        ),
-        (
-            "malformed REST bodies",
-            json!({"matcher": {"method": "POST", "path": "/streaming",
-                               "nth": occurrences(9, 60, 50)},
-                   "action": {"type": "malformed", "kind": "empty"}}),
-        ),
-        (
-            "malformed REST bodies",
-            json!({"matcher": {"method": "GET", "path": "/conversations",
-                               "nth": occurrences(1, 6, 20)},
-                   "action": {"type": "malformed", "kind": "invalid_json"}}),
-        ),
-        (
-            "REST bodies cut mid-way",
-            json!({"matcher": {"method": "GET", "path": "/conversations",
-                               "nth": occurrences(4, 6, 20)},
-                   "action": {"type": "reset_mid_body"}}),
-        ),
-        (
-            "REST bodies cut mid-way",
-            json!({"matcher": {"method": "POST", "path": "/messages/send",
-                               "nth": occurrences(5, 40, 60)},
-                   "action": {"type": "reset_mid_body"}}),
-        ),
+        json!({"matcher": {"method": "GET", "path": "/agents/stream"},
+               "action": {"type": "sse", "closeAfterFrames": 9}}),
         // Ambiguous failures: the send is stored, the answer is lost.
-        (
-            "5xx after commit",
-            json!({"matcher": {"method": "POST", "path": "/messages/send", "probability": 0.08},
-                   "action": {"type": "process_then_status", "status": 502}}),
-        ),
-        (
-            "drops after commit",
-            json!({"matcher": {"method": "POST", "path": "/messages/send", "probability": 0.03},
-                   "action": {"type": "process_then_drop"}}),
-        ),
+        json!({"matcher": {"method": "POST", "path": "/messages/send", "probability": 0.08},
+               "action": {"type": "process_then_status", "status": 502}}),
+        json!({"matcher": {"method": "POST", "path": "/messages/send", "probability": 0.03},
+               "action": {"type": "process_then_drop"}}),
         // Refused before processing: retried.
-        (
-            "503 before processing (/runtime/turn)",
-            json!({"matcher": {"method": "POST", "path": "/runtime/turn", "probability": 0.04},
-                   "action": {"type": "status", "status": 503}}),
-        ),
-        (
-            "503 before processing (/messages/send)",
-            json!({"matcher": {"method": "POST", "path": "/messages/send", "probability": 0.03},
-                   "action": {"type": "status", "status": 503}}),
-        ),
+        json!({"matcher": {"method": "POST", "path": "/runtime/turn", "probability": 0.04},
+               "action": {"type": "status", "status": 503}}),
+        json!({"matcher": {"method": "POST", "path": "/messages/send", "probability": 0.03},
+               "action": {"type": "status", "status": 503}}),
         // Slow answers everywhere.
-        (
-            "slow responses",
-            json!({"matcher": {"probability": 0.08},
-                   "action": {"type": "delay_before", "ms": 400}}),
-        ),
+        json!({"matcher": {"probability": 0.08},
+               "action": {"type": "delay_before", "ms": 400}}),
     ];
     // A few reads that outlast the client's 30 s read timeout on a best-effort endpoint: only
     // that conversation's live preview waits.
     let timeouts = (size.messages / 100) as u64;
     if timeouts > 0 {
         rules.insert(
-            3,
-            (
-                "/streaming read timeouts (31 s)",
-                json!({"matcher": {"method": "POST", "path": "/streaming", "probability": 0.01,
-                                   "times": timeouts},
-                       "action": {"type": "delay_before", "ms": 31_000}}),
-            ),
+            1,
+            json!({"matcher": {"method": "POST", "path": "/streaming", "probability": 0.01,
+                               "times": timeouts},
+                   "action": {"type": "delay_before", "ms": 31_000}}),
         );
     }
     rules
@@ -555,8 +330,6 @@ struct Human {
     conversation: String,
     id: String,
     approval: bool,
-    /// When it was sent (UTC, as the gateway logs).
-    sent_at: String,
 }
 
 /// An agent `turn_complete`.
@@ -632,25 +405,9 @@ fn turns_in(s: &State) -> Turns {
 struct Caused {
     kills: usize,
     restarts: usize,
-    stops: usize,
-    disk_full: usize,
-    joint_kills: usize,
-    /// Stops and full disks skipped because no daemon was running when they were due.
-    skipped: usize,
-    /// Messages sent while the gateway was down, the daemon stopped, the disk full.
-    sent_while: [usize; 3],
+    sent_while_down: usize,
     approvals_answered: Vec<String>,
-    /// Per stop: the longest time the gateway's main thread stayed out of its poll wait, and
-    /// where it waited then (its `wchan`).
-    stop_samples: Vec<(Duration, String)>,
-    /// When each fault the harness caused began and ended (UTC, as the gateway logs).
-    timeline: Vec<String>,
 }
-
-/// What the harness is doing to the processes (bits), for [`send_all`]'s counts.
-const PHASE_GATEWAY_DOWN: u8 = 1;
-const PHASE_DAEMON_STOPPED: u8 = 2;
-const PHASE_DISK_FULL: u8 = 4;
 
 /// The judged outcome.
 #[derive(Debug, Default)]
@@ -664,8 +421,6 @@ struct Verdict {
     /// Canon turns that never published `completed` or `interrupted`: the agent would show
     /// as working in that conversation forever.
     unclosed: Vec<String>,
-    /// Daemon stops during which the gateway's event loop was stuck for [`BLOCKED`] or more.
-    gateway_blocked: Vec<String>,
     /// Approval tool calls that failed to the model (not counted as lost).
     approval_calls_failed: usize,
     table: String,
@@ -680,7 +435,6 @@ impl Verdict {
             && self.approvals_lost.is_empty()
             && self.approvals_doubled.is_empty()
             && self.unclosed.is_empty()
-            && self.gateway_blocked.is_empty()
     }
 }
 
@@ -723,11 +477,10 @@ impl Run {
                 .collect();
             let _ = writeln!(
                 v.table,
-                "{} {} {} (sent {}): {:?}",
+                "{} {} {}: {:?}",
                 h.label,
                 h.conversation,
                 h.id,
-                h.sent_at,
                 covering
                     .iter()
                     .map(|f| format!("{}:{:?}", f.turn_id, f.text))
@@ -803,32 +556,19 @@ impl Run {
                     .push(format!("{id}: woke the agent {n} times")),
             }
         }
-        for (i, (stuck, wchan)) in caused.stop_samples.iter().enumerate() {
-            if *stuck >= BLOCKED {
-                v.gateway_blocked.push(format!(
-                    "stop {}: the gateway's main thread left its poll wait for {:.1} s (in {wchan})",
-                    i + 1,
-                    stuck.as_secs_f64()
-                ));
-            }
-        }
         v
     }
 
-    /// Whether the model was told that its tool call `call_id` failed: `{"error": …,
-    /// "success": false}`, from the shim when the daemon died during the call, or from the
-    /// daemon when it could not keep the approval (its registry write failed on a full disk).
+    /// Whether the model was told that its tool call `call_id` failed (the shim answers
+    /// `{"error": …, "success": false}` when the daemon died during the call).
     fn tool_call_failed(&self, call_id: &str) -> bool {
         self.model.requests().iter().any(|r| {
             r["messages"].as_array().into_iter().flatten().any(|m| {
                 m["role"] == "tool"
                     && m["tool_call_id"] == call_id
-                    && m["content"].as_str().is_some_and(|c| {
-                        serde_json::from_str::<Value>(c)
-                            .is_ok_and(|v| v["success"] == Value::Bool(false))
-                            || c.contains("\"success\": false")
-                            || c.contains("\"success\":false")
-                    })
+                    && m["content"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("\"success\": false"))
             })
         })
     }
@@ -936,47 +676,44 @@ impl Run {
         .expect("state");
     }
 
-    /// Fails the run at once, keeping the logs, when the gateway exited: everything after
-    /// would only count lost messages.
-    fn assert_serving(&self, gateway: &mut Gateway, when: &str) {
-        if let Ok(Some(status)) = gateway.child.try_wait() {
-            self.keep_logs(gateway);
-            panic!(
-                "the gateway exited ({status}) {when}\n{}",
-                gateway.log_tail()
-            );
-        }
-    }
-
-    /// How often each fault kind fired, in the order of `kinds` (the kind of each installed
-    /// rule, in installation order).
-    fn faults_fired(&self, kinds: &[&'static str]) -> Vec<(&'static str, u64)> {
-        let fired: Vec<u64> = self
-            .sim
-            .read_state(|s| s.faults.list().into_iter().map(|r| r.fired).collect());
-        assert_eq!(fired.len(), kinds.len(), "every rule installed");
-        let mut out: Vec<(&'static str, u64)> = Vec::new();
-        for (kind, n) in kinds.iter().zip(fired) {
-            match out.iter_mut().find(|(k, _)| k == kind) {
-                Some((_, total)) => *total += n,
-                None => out.push((kind, n)),
-            }
-        }
-        out
+    /// Fault rules as they stand: (action, seen, fired).
+    fn faults_fired(&self) -> Vec<(String, u64)> {
+        self.sim.read_state(|s| {
+            s.faults
+                .list()
+                .into_iter()
+                .map(|r| {
+                    let action = serde_json::to_value(&r.action).unwrap_or_default();
+                    let what = match action["type"].as_str().unwrap_or("?") {
+                        "sse" => "stream closes".to_owned(),
+                        "process_then_status" => "5xx after commit".to_owned(),
+                        "process_then_drop" => "drops after commit".to_owned(),
+                        "status" => format!(
+                            "503 before processing ({})",
+                            r.matcher.path.unwrap_or_default()
+                        ),
+                        "delay_before" if action["ms"].as_u64() > Some(30_000) => {
+                            "read timeouts".to_owned()
+                        }
+                        "delay_before" => "slow responses".to_owned(),
+                        other => other.to_owned(),
+                    };
+                    (what, r.fired)
+                })
+                .collect()
+        })
     }
 }
 
-/// Sends the planned messages in order, each after its gap (with its attachment, whose URL is
-/// on `media`); counts those sent while the gateway was down, the daemon stopped and the disk
-/// full (`phase`).
+/// Sends the planned messages in order, each after its gap; counts those sent while the
+/// gateway was down.
 async fn send_all(
     sim: Arc<SimHandle>,
     plan: Arc<Plan>,
-    media: String,
-    phase: Arc<AtomicU8>,
+    down: Arc<AtomicBool>,
     humans: Arc<Mutex<Vec<Human>>>,
-) -> [usize; 3] {
-    let mut sent_while = [0; 3];
+) -> usize {
+    let mut while_down = 0;
     for m in &plan.messages {
         tokio::time::sleep(m.gap_before).await;
         let lane = &plan.lanes[m.lane];
@@ -985,20 +722,11 @@ async fn send_all(
         } else {
             format!("msg{}x please answer", m.label)
         };
-        let attachments = m
-            .media
-            .map(|fault| {
-                json!({"kind": "image", "url": format!("{media}{}", fault.path()),
-                       "mimeType": "image/png", "fileName": format!("{}.png", m.label)})
-            })
-            .into_iter()
-            .collect();
         let message = sim
             .inject_message(&Injection {
                 conversation_id: Some(lane.conversation.clone()),
                 sender_id: Some(DEFAULT_OWNER.to_owned()),
                 text: Some(text),
-                attachments,
                 mentions: if lane.group {
                     vec![DEFAULT_AGENT.to_owned()]
                 } else {
@@ -1007,320 +735,17 @@ async fn send_all(
                 ..Injection::default()
             })
             .expect("inject");
-        let now = phase.load(Ordering::SeqCst);
-        for (i, bit) in [PHASE_GATEWAY_DOWN, PHASE_DAEMON_STOPPED, PHASE_DISK_FULL]
-            .into_iter()
-            .enumerate()
-        {
-            if now & bit != 0 {
-                sent_while[i] += 1;
-            }
+        if down.load(Ordering::SeqCst) {
+            while_down += 1;
         }
         humans.lock().expect("humans").push(Human {
             label: m.label.clone(),
             conversation: lane.conversation.clone(),
             id: message["id"].as_str().expect("message id").to_owned(),
             approval: m.approval,
-            sent_at: clock(),
         });
     }
-    sent_while
-}
-
-/// A media server on loopback whose every answer is a fault ([`MediaFault`], by path); counts
-/// the downloads of each kind. Returns its origin and the counts.
-async fn media_server() -> (String, Arc<[AtomicUsize; 3]>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("an address").port();
-    let hits: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
-    let counts = hits.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let hits = hits.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
-                    match socket.read(&mut byte).await {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let head = String::from_utf8_lossy(&head);
-                let path = head.split(' ').nth(1).unwrap_or_default();
-                let Some(fault) = MediaFault::ALL
-                    .into_iter()
-                    .find(|f| path.starts_with(f.path()))
-                else {
-                    return;
-                };
-                hits[fault.index()].fetch_add(1, Ordering::SeqCst);
-                let ok = "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\n\
-                          content-length: 100000\r\n\r\n";
-                match fault {
-                    MediaFault::Drip => {
-                        if socket.write_all(ok.as_bytes()).await.is_err() {
-                            return;
-                        }
-                        // At most 100,000 bytes: the client hangs up long before.
-                        for &b in b"\x89PNG\r\n\x1a\n".iter().cycle().take(100_000) {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                            if socket.write_all(&[b]).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    MediaFault::Stall => {
-                        if socket.write_all(ok.as_bytes()).await.is_err()
-                            || socket.write_all(b"\x89PNG\r\n\x1a\n").await.is_err()
-                        {
-                            return;
-                        }
-                        // Nothing more until the client hangs up (or ten minutes passed).
-                        let mut rest = [0u8; 256];
-                        let _ = tokio::time::timeout(Duration::from_secs(600), async {
-                            while matches!(socket.read(&mut rest).await, Ok(n) if n > 0) {}
-                        })
-                        .await;
-                    }
-                    MediaFault::Gone => {
-                        let _ = socket
-                            .write_all(
-                                b"HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\n\
-                                  content-length: 9\r\nconnection: close\r\n\r\nnot found",
-                            )
-                            .await;
-                    }
-                }
-            });
-        }
-    });
-    (format!("http://127.0.0.1:{port}"), counts)
-}
-
-/// A process id as rustix takes it.
-fn pid_of(pid: u32) -> Pid {
-    Pid::from_raw(i32::try_from(pid).expect("a pid fits")).expect("not pid 0")
-}
-
-/// The daemon child of `gateway`, waiting up to [`DAEMON_WAIT`] for one (the shim respawns a
-/// killed one after a moment).
-async fn wait_daemon(gateway: &Gateway) -> Option<u32> {
-    let started = Instant::now();
-    loop {
-        if let Some(pid) = gateway.daemon_pids().last() {
-            return Some(*pid);
-        }
-        if started.elapsed() >= DAEMON_WAIT {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Where the process's main thread waits (`/proc/<pid>/task/<pid>/wchan`; `0` when running).
-fn main_thread_wchan(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/wchan")).unwrap_or_default()
-}
-
-/// Whether a `wchan` is an event loop's poll wait (or the thread is running).
-fn polling(wchan: &str) -> bool {
-    wchan.is_empty() || wchan == "0" || wchan.contains("poll") || wchan.contains("select")
-}
-
-/// Sends SIGCONT to the stopped daemon when dropped, so a panicking harness never leaves it
-/// stopped.
-struct Resume(Pid);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        let _ = rustix::process::kill_process(self.0, Signal::CONT);
-    }
-}
-
-/// SIGSTOPs the daemon `pid` for `stop`, sampling the gateway's main thread meanwhile, then
-/// SIGCONTs it. Returns the longest time that thread stayed out of its poll wait, and where it
-/// waited then.
-async fn stop_daemon(gateway_pid: u32, pid: u32, stop: Duration) -> (Duration, String) {
-    let pid = pid_of(pid);
-    if rustix::process::kill_process(pid, Signal::STOP).is_err() {
-        return (Duration::ZERO, "no daemon".to_owned());
-    }
-    let resume = Resume(pid);
-    let started = Instant::now();
-    let mut longest = (Duration::ZERO, String::new());
-    let mut since: Option<Instant> = None;
-    while started.elapsed() < stop {
-        let wchan = main_thread_wchan(gateway_pid);
-        if polling(&wchan) {
-            since = None;
-        } else {
-            let from = *since.get_or_insert_with(Instant::now);
-            if from.elapsed() > longest.0 {
-                longest = (from.elapsed(), wchan);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drop(resume);
-    longest
-}
-
-/// The daemons serving the profile `hermes_home` (whichever gateway spawned them): the
-/// `serve --stdio` processes the shim started in that directory.
-fn daemons_in(hermes_home: &Path) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline)
-            .replace('\0', " ")
-            .contains("serve --stdio")
-        {
-            continue;
-        }
-        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd == hermes_home) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// The size of the inbox journal under `canon_home` (the largest, should there be several).
-fn journal_size(canon_home: &Path) -> u64 {
-    std::fs::read_dir(canon_home)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with("inbox-") && name.ends_with(".jsonl")
-        })
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .max()
-        .unwrap_or(0)
-}
-
-/// A full disk for the daemons of the profile in `home` (the scratch dir around `hermes/` and
-/// `.canon/`), a respawned one included, for `full`: for the first half their soft file-size
-/// limit sits 7 bytes past the inbox journal's size (the next append is cut short, then fails
-/// with EFBIG; a compaction that shrinks the file may fit), for the second half at 0 (nothing
-/// can grow, a compaction's new file included); then each daemon still running gets its old
-/// limit back. Returns how many daemons it limited.
-async fn fill_disk(home: &Path, full: Duration) -> usize {
-    let hermes_home = home.join("hermes");
-    let canon_home = home.join(".canon");
-    let hard = rustix::process::getrlimit(Resource::Fsize).maximum;
-    let started = Instant::now();
-    // Per daemon limited: its limit before, and whether it got the second half's.
-    let mut limited: BTreeMap<u32, (Rlimit, bool)> = BTreeMap::new();
-    while started.elapsed() < full {
-        let second_half = started.elapsed() >= full / 2;
-        for pid in daemons_in(&hermes_home) {
-            let bytes = if second_half {
-                0
-            } else {
-                journal_size(&canon_home) + 7
-            };
-            let limit = Rlimit {
-                current: Some(bytes),
-                maximum: hard,
-            };
-            match limited.get_mut(&pid) {
-                None => {
-                    if let Ok(before) =
-                        rustix::process::prlimit(Some(pid_of(pid)), Resource::Fsize, limit)
-                    {
-                        limited.insert(pid, (before, second_half));
-                    }
-                }
-                Some((_, zero)) if second_half && !*zero => {
-                    *zero =
-                        rustix::process::prlimit(Some(pid_of(pid)), Resource::Fsize, limit).is_ok();
-                }
-                Some(_) => {}
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for (pid, (before, _)) in &limited {
-        // A daemon gone meanwhile has nothing to restore.
-        let _ = rustix::process::prlimit(Some(pid_of(*pid)), Resource::Fsize, *before);
-    }
-    limited.len()
-}
-
-/// The wall-clock time of day, UTC, as the gateway's logs print it (`HH:MM:SS,mmm`).
-fn clock() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs();
-    format!(
-        "{:02}:{:02}:{:02},{:03}",
-        secs / 3600 % 24,
-        secs / 60 % 60,
-        secs % 60,
-        now.subsec_millis()
-    )
-}
-
-/// Every process under `root` (children, their children, …), from `/proc`.
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // `pid (comm) state ppid …`: the fields after the last `)`.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            parents.push((pid, ppid));
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for (pid, _) in parents.iter().filter(|(_, p)| *p == parent) {
-            out.push(*pid);
-            frontier.push(*pid);
-        }
-    }
-    out
-}
-
-/// A power loss: SIGKILL to the daemon's process group (its own session), the gateway and every
-/// process under it, as close together as the harness can; then reaps the gateway.
-fn joint_kill(gateway: &mut Gateway) {
-    let gateway_pid = gateway.child.id();
-    let daemons = gateway.daemon_pids();
-    let under = descendants(gateway_pid);
-    for pid in &daemons {
-        let _ = rustix::process::kill_process_group(pid_of(*pid), Signal::KILL);
-    }
-    let _ = rustix::process::kill_process(pid_of(gateway_pid), Signal::KILL);
-    for pid in under {
-        let _ = rustix::process::kill_process(pid_of(pid), Signal::KILL);
-    }
-    let _ = gateway.child.wait();
+    while_down
 }
 
 /// Answers every approval the agent asks (allow), each after its seeded delay, until `stop`.
@@ -1401,16 +826,7 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
     let model = ModelServer::start(script(&plan), 0)
         .await
         .expect("the model server starts");
-    let (media, media_hits) = media_server().await;
     let mut options = GatewayOptions::default();
-    // The media server is on loopback, which the daemon refuses without the opt-in.
-    options
-        .env
-        .push(("HERMES_ALLOW_PRIVATE_URLS".to_owned(), "1".to_owned()));
-    options.env.push((
-        "CANON_HERMES_MEDIA_DOWNLOAD_MS".to_owned(),
-        MEDIA_BUDGET_MS.to_string(),
-    ));
     if let Ok(log) = std::env::var("CANON_TEST_DAEMON_LOG") {
         options.env.push(("RUST_LOG".to_owned(), log));
     }
@@ -1428,21 +844,18 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", gateway.log_tail()));
-    let rules = fault_rules(size);
-    let kinds: Vec<&'static str> = rules.iter().map(|(kind, _)| *kind).collect();
-    for (_, rule) in rules {
+    for rule in fault_rules(size) {
         let rule: FaultRule = serde_json::from_value(rule).expect("a fault rule");
         run.sim.add_fault(rule).expect("room for the rule");
     }
 
-    let phase = Arc::new(AtomicU8::new(0));
+    let down = Arc::new(AtomicBool::new(false));
     let stop_answering = Arc::new(AtomicBool::new(false));
     let humans = Arc::new(Mutex::new(Vec::new()));
     let sender = tokio::spawn(send_all(
         run.sim.clone(),
         plan.clone(),
-        media,
-        phase.clone(),
+        down.clone(),
         humans.clone(),
     ));
     let answerer = tokio::spawn(answer_approvals(
@@ -1452,91 +865,28 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
     ));
 
     let mut caused = Caused::default();
-    let mut disks = Vec::new();
     let chaos_start = Instant::now();
     for (at, chaos) in &plan.chaos {
         if let Some(wait) = at.checked_sub(chaos_start.elapsed()) {
             tokio::time::sleep(wait).await;
         }
-        run.assert_serving(
-            &mut gateway,
-            &format!("before the {chaos:?} planned at {at:?}"),
-        );
-        let began = clock();
         match chaos {
             Chaos::KillDaemon => {
-                // A kill right after another waits for the respawn, so it kills something.
-                if wait_daemon(&gateway).await.is_some() && !gateway.kill_daemons().is_empty() {
+                if !gateway.kill_daemons().is_empty() {
                     caused.kills += 1;
                 }
             }
             Chaos::RestartGateway => {
-                phase.fetch_or(PHASE_GATEWAY_DOWN, Ordering::SeqCst);
+                down.store(true, Ordering::SeqCst);
                 gateway = tokio::task::block_in_place(|| {
                     restart_gateway(gateway, &run.sim, &run.model, &run.model, &run.options)
                 });
-                phase.fetch_and(!PHASE_GATEWAY_DOWN, Ordering::SeqCst);
+                down.store(false, Ordering::SeqCst);
                 caused.restarts += 1;
             }
-            Chaos::StopDaemon => {
-                let Some(daemon) = wait_daemon(&gateway).await else {
-                    caused.skipped += 1;
-                    continue;
-                };
-                phase.fetch_or(PHASE_DAEMON_STOPPED, Ordering::SeqCst);
-                let stuck = stop_daemon(gateway.child.id(), daemon, size.stop).await;
-                phase.fetch_and(!PHASE_DAEMON_STOPPED, Ordering::SeqCst);
-                caused.stops += 1;
-                caused.stop_samples.push(stuck);
-            }
-            Chaos::DiskFull => {
-                // Beside the other faults (a kill or a restart may fall inside it, and its
-                // respawned daemon gets the full disk too), while messages keep coming.
-                let home = gateway.home.path().to_owned();
-                let full = size.disk_full_for;
-                let phase = phase.clone();
-                disks.push(tokio::spawn(async move {
-                    let began = clock();
-                    phase.fetch_or(PHASE_DISK_FULL, Ordering::SeqCst);
-                    let daemons = fill_disk(&home, full).await;
-                    phase.fetch_and(!PHASE_DISK_FULL, Ordering::SeqCst);
-                    (
-                        daemons,
-                        format!("{began} to {}: DiskFull ({daemons} daemons)", clock()),
-                    )
-                }));
-                continue;
-            }
-            Chaos::JointKill => {
-                phase.fetch_or(PHASE_GATEWAY_DOWN, Ordering::SeqCst);
-                joint_kill(&mut gateway);
-                // The killed gateway could not mark itself stopped: its state file still says
-                // running and connected, which the next gateway's readiness wait would take
-                // for its own.
-                let _ = std::fs::remove_file(gateway.home.path().join("hermes/gateway_state.json"));
-                gateway = tokio::task::block_in_place(|| {
-                    restart_gateway(gateway, &run.sim, &run.model, &run.model, &run.options)
-                });
-                phase.fetch_and(!PHASE_GATEWAY_DOWN, Ordering::SeqCst);
-                caused.joint_kills += 1;
-            }
-        }
-        caused
-            .timeline
-            .push(format!("{began} to {}: {chaos:?}", clock()));
-    }
-    for disk in disks {
-        let (daemons, when) = disk.await.expect("the full disk");
-        if daemons > 0 {
-            caused.disk_full += 1;
-            caused.timeline.push(when);
-        } else {
-            caused.skipped += 1;
         }
     }
-    caused.timeline.sort();
-    caused.sent_while = sender.await.expect("the sender");
-    run.assert_serving(&mut gateway, "after the last fault");
+    caused.sent_while_down = sender.await.expect("the sender");
     let humans: Vec<Human> = humans.lock().expect("humans").clone();
     let deadline = Duration::from_secs(120 + humans.len() as u64);
     run.settle(&humans, deadline).await;
@@ -1546,48 +896,34 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
     run.settle(&humans, deadline).await;
     run.keep_logs(&gateway);
 
-    run.assert_serving(&mut gateway, "when the agent went quiet");
     let verdict = run.judge(&humans, &caused);
-    let journal_count = |path: &str, method: &str| {
-        run.sim
-            .journal(0, Some(path))
-            .iter()
-            .filter(|e| e.method == method)
-            .count()
-    };
-    let media_messages = |fault: MediaFault| {
-        plan.messages
-            .iter()
-            .filter(|m| m.media == Some(fault))
-            .count()
-    };
-    let hits = |fault: MediaFault| media_hits[fault.index()].load(Ordering::SeqCst);
+    let stream_opens = run
+        .sim
+        .journal(0, Some("/agents/stream"))
+        .iter()
+        .filter(|e| e.method == "GET")
+        .count();
+    let faults: Vec<String> = run
+        .faults_fired()
+        .into_iter()
+        .map(|(what, n)| format!("{n} {what}"))
+        .collect();
     let figures = format!(
-        "fault harness seed {}: {} messages in {} conversations ({} approvals, {} attachments), \
-         {:.0} s; {} stream connections, {} /streaming and {} /runtime/turn requests; {} daemon \
-         kills, {} daemon stops, {} gateway restarts, {} joint kills, {} full disks ({} skipped \
-         for want of a daemon); messages sent while the gateway was down {}, the daemon stopped \
-         {}, the disk full {}; {} approvals answered; lost {}, answered twice {}, merged finals \
-         {}, duplicated durable messages {}, lost approvals {}, doubled approvals {}, unclosed \
-         turns {}, gateway blocked {} (approval tool calls that failed to the model: {})",
+        "fault harness seed {}: {} messages in {} conversations ({} approvals), {:.0} s; \
+         faults: {}; {} stream connections; {} daemon kills, {} gateway restarts, {} messages \
+         sent while the gateway was down, {} approvals answered; lost {}, answered twice {}, \
+         merged finals {}, duplicated durable messages {}, lost approvals {}, doubled \
+         approvals {}, unclosed turns {} (approval tool calls that failed to the model: {})",
         size.seed,
         humans.len(),
         plan.lanes.len(),
         size.approvals,
-        size.media,
         started.elapsed().as_secs_f64(),
-        journal_count("/agents/stream", "GET"),
-        journal_count("/streaming", "POST"),
-        journal_count("/runtime/turn", "POST"),
+        faults.join(", "),
+        stream_opens,
         caused.kills,
-        caused.stops,
         caused.restarts,
-        caused.joint_kills,
-        caused.disk_full,
-        caused.skipped,
-        caused.sent_while[0],
-        caused.sent_while[1],
-        caused.sent_while[2],
+        caused.sent_while_down,
         caused.approvals_answered.len(),
         verdict.lost.len(),
         verdict.answered_twice.len(),
@@ -1596,65 +932,13 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
         verdict.approvals_lost.len(),
         verdict.approvals_doubled.len(),
         verdict.unclosed.len(),
-        verdict.gateway_blocked.len(),
         verdict.approval_calls_failed,
     );
-    let journal_write_failures =
-        std::fs::read_to_string(gateway.home.path().join("hermes/logs/agent.log"))
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("inbox write failed"))
-            .count();
-    let mut per_kind = String::new();
-    for (kind, n) in run.faults_fired(&kinds) {
-        let _ = writeln!(per_kind, "fault {kind}: {n}");
-    }
-    for (fault, name) in [
-        (MediaFault::Drip, "dripping"),
-        (MediaFault::Stall, "stalled"),
-        (MediaFault::Gone, "404"),
-    ] {
-        let _ = writeln!(
-            per_kind,
-            "fault {name} media downloads: {} (attached to {} messages)",
-            hits(fault),
-            media_messages(fault)
-        );
-    }
-    let _ = writeln!(per_kind, "fault daemon kills (kill -9): {}", caused.kills);
-    let longest = caused
-        .stop_samples
-        .iter()
-        .map(|(d, _)| d.as_secs_f64())
-        .fold(0.0, f64::max);
-    let _ = writeln!(
-        per_kind,
-        "fault daemon stops (SIGSTOP {} s): {} (the gateway's main thread left its poll wait \
-         for at most {longest:.1} s)",
-        size.stop.as_secs_f64(),
-        caused.stops
-    );
-    let _ = writeln!(
-        per_kind,
-        "fault full disks ({} s): {} ({journal_write_failures} inbox write failures logged)",
-        size.disk_full_for.as_secs_f64(),
-        caused.disk_full
-    );
-    let _ = writeln!(per_kind, "fault gateway restarts: {}", caused.restarts);
-    let _ = write!(
-        per_kind,
-        "fault joint kills (gateway and daemon): {}",
-        caused.joint_kills
-    );
-    eprintln!(
-        "{figures}\n{per_kind}\nfaults the harness caused, in order:\n{}",
-        caused.timeline.join("\n")
-    );
+    eprintln!("{figures}");
     assert!(
         verdict.clean(),
         "{figures}\nlost: {:?}\nanswered twice: {:?}\nmerged: {:?}\nduplicated durable: {:?}\n\
-         approvals lost: {:?}\napprovals doubled: {:?}\nunclosed turns: {:?}\ngateway blocked: \
-         {:?}\nfaults the harness caused:\n{}\nper message:\n{}\n{}",
+         approvals lost: {:?}\napprovals doubled: {:?}\nunclosed turns: {:?}\nper message:\n{}\n{}",
         verdict.lost,
         verdict.answered_twice,
         verdict.merged,
@@ -1662,8 +946,6 @@ async fn under_faults_kills_and_restarts_every_message_is_answered_once() {
         verdict.approvals_lost,
         verdict.approvals_doubled,
         verdict.unclosed,
-        verdict.gateway_blocked,
-        caused.timeline.join("\n"),
         verdict.table,
         gateway.log_tail()
     );
