@@ -59,6 +59,8 @@ mod tests {
                 "canon-cards",
                 "canon-adapter",
                 "canon-approvals",
+                // `doctor` reads the stream-gap records whose format canon-inbox owns.
+                "canon-inbox",
                 "canon-sim",
                 "canon-wire",
                 "canon-host",
