@@ -771,6 +771,11 @@ impl Session {
                                 reply_to
                             })
                     }
+                    None if !metadata.contains_key("reply_to_message_id") => send
+                        .ctx
+                        .session_key
+                        .as_deref()
+                        .and_then(|key| self.inbox_resume_reply(key)),
                     reply_to => reply_to,
                 };
                 let mut effects = self.feed(

@@ -308,7 +308,7 @@ impl Session {
                 // An id that cannot be sent back as `Last-Event-ID` never becomes the durable
                 // cursor (the stream client keeps its previous one too): the frame is handled as
                 // one without an id: its message is still recorded as handled, and a replay of
-                // it is dropped (reliability review L3).
+                // it is dropped.
                 tracing::warn!(
                     bytes = id.len(),
                     "canon stream event id is not a usable cursor"
@@ -320,7 +320,10 @@ impl Session {
             }
             SessionInput::StreamFrame { id, kind } => {
                 let mut effects = Vec::new();
-                if self.inbox_arrived(&id, &kind, &mut effects).is_some() {
+                if self
+                    .inbox_arrived(&id, &kind, now_ms, &mut effects)
+                    .is_some()
+                {
                     effects.extend(self.event(kind, now_ms));
                     self.inbox_frame_done(&mut effects);
                 }

@@ -99,6 +99,15 @@ pub(crate) struct InboxState {
 }
 
 impl InboxState {
+    /// Whether Canon message `message_id` is one of a turn the journal holds open: a turn of
+    /// this daemon, or one a predecessor left open.
+    fn in_open_turn(&self, message_id: &str) -> bool {
+        let named = |ids: &Vec<String>| ids.iter().any(|id| id == message_id);
+        self.open.values().any(named)
+            || self.inherited.values().any(|(_, ids)| named(ids))
+            || self.resuming.values().any(|(_, ids)| named(ids))
+    }
+
     /// The hold of Canon message `message_id` if it is still on its way to Hermes: waiting to
     /// be sent to the shim, waiting for the shim's answer, or queued behind a running turn.
     fn pending_hold(&mut self, message_id: &str) -> Option<&mut Hold> {
@@ -266,11 +275,19 @@ impl Session {
             self.inbox
                 .open
                 .insert(start.session_key.clone(), message_ids.clone());
-            effects.push(SessionEffect::Inbox(vec![Record::TurnOpened {
+            // A message a turn started with is handed over, even while the shim's answer to its
+            // hand-over is still on its way (Hermes can start the turn first): a daemon killed
+            // before that answer must not have its successor hand the message over again.
+            let mut records: Vec<Record> = message_ids
+                .iter()
+                .filter_map(|id| self.inbox.tracker.record_handled(id, now_ms))
+                .collect();
+            records.push(Record::TurnOpened {
                 session_key: start.session_key.clone(),
                 conversation_id: start.conversation_id.clone(),
                 message_ids,
-            }]));
+            });
+            effects.push(SessionEffect::Inbox(records));
         }
         effects
     }
@@ -478,6 +495,16 @@ impl Session {
         Some((reply_to, closed))
     }
 
+    /// What a send of session `session_key` that names no message replies to: while the
+    /// session's turn is Hermes' resume of a turn a predecessor left open, the interrupted
+    /// turn's first message. Hermes' resume replies to nothing, and Canon ties an answer to its
+    /// message only by `replyTo` or by the turn's opening `activeMessageIds`, which is a
+    /// best-effort write: without this, an answer whose opening publish failed answers nothing.
+    pub(super) fn inbox_resume_reply(&self, session_key: &str) -> Option<String> {
+        let (_, ids) = self.inbox.resuming.get(session_key)?;
+        ids.first().cloned()
+    }
+
     /// A respawned daemon's shim handed these sessions' running turns over: they go on as
     /// themselves, not as resumes.
     pub(super) fn inbox_resynced<'a>(&mut self, sessions: impl Iterator<Item = &'a str>) {
@@ -519,10 +546,18 @@ impl Session {
 
     /// A stream frame with an id arrived and is about to be handled. `None` when the frame is a
     /// replayed message already handed to Hermes: it is settled here and must not be handled.
+    ///
+    /// A message a turn started with is in Hermes' transcript, whatever the journal's handled
+    /// set says (a journal written before turns recorded their messages as handled, or a daemon
+    /// killed between the turn's start and the shim's answer to the hand-over): a replay of a
+    /// message that a turn the journal holds open names is settled as handled too. Handing it
+    /// over again would have Hermes answer it twice: once in its resume of the interrupted turn,
+    /// once as a new message.
     pub(super) fn inbox_arrived(
         &mut self,
         event_id: &str,
         kind: &EventKind,
+        now_ms: u64,
         effects: &mut Vec<SessionEffect>,
     ) -> Option<()> {
         let ticket = self.inbox.tracker.arrived(event_id);
@@ -530,6 +565,17 @@ impl Session {
             let message_id = created.message.get("id").and_then(|v| v.as_str());
             if self.inbox_already_handled(kind) {
                 push_records(effects, self.inbox.tracker.settle(ticket, None));
+                return None;
+            }
+            if let Some(id) = message_id.filter(|id| self.inbox.in_open_turn(id)) {
+                tracing::info!(
+                    message_id = id,
+                    "replayed message belongs to a turn Hermes started; not handed over again"
+                );
+                push_records(
+                    effects,
+                    self.inbox.tracker.settle(ticket, Some((id, now_ms))),
+                );
                 return None;
             }
             if let Some(hold) = message_id.and_then(|id| self.inbox.pending_hold(id)) {

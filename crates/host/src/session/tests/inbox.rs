@@ -940,3 +940,105 @@ fn a_message_popped_for_a_start_the_gateway_stop_cancels_stays_unsettled() {
         "let go after the grace"
     );
 }
+
+/// Hermes can start a message's turn before the shim's answer to its hand-over arrives. A
+/// daemon killed in between must not leave the message looking unhandled: its successor would
+/// hand the replayed frame to Hermes again, and Hermes would answer it twice (once in its
+/// resume of the interrupted turn, once as a new message). The turn's start records it handled.
+#[test]
+fn a_turn_that_starts_before_the_hand_over_is_answered_records_its_message_handled() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let offered = daemon.handle_effects(frame("e-1", "m-1", "hello"));
+    let mut journal = records(&offered);
+    let (_request, event_ref) = handed_over(&offered);
+    let started = daemon.handle_effects(turn_start_for("t1", &event_ref, "c1", "m-1", false));
+    journal.extend(records(&started));
+    let handled_at = journal
+        .iter()
+        .position(|r| matches!(r, Record::Handled { message_id, .. } if message_id == "m-1"));
+    let opened_at = journal
+        .iter()
+        .position(|r| matches!(r, Record::TurnOpened { .. }));
+    assert!(
+        matches!((handled_at, opened_at), (Some(h), Some(o)) if h < o),
+        "m-1 is handled before its turn's open record: {journal:?}"
+    );
+    // The daemon dies here, before the shim's answer. Its successor loads the journal.
+    let mut loaded = canon_inbox::Loaded::default();
+    for record in &journal {
+        loaded.apply(record);
+    }
+    let mut next = Daemon::connected();
+    next.session.inbox_resume(
+        loaded.cursor,
+        loaded.handled,
+        &loaded.open_turns,
+        &loaded.runtime_turns,
+    );
+    next.connect();
+    let replayed = next.handle_effects(frame("e-1", "m-1", "hello"));
+    assert_eq!(
+        inbound_request_ids(&replayed),
+        Vec::<String>::new(),
+        "m-1 is not handed over again"
+    );
+    assert_eq!(records(&replayed), vec![Record::Cursor("e-1".into())]);
+}
+
+/// A journal that holds a turn open for a message without its handled record (written before
+/// turns recorded their messages handled): the replay of that message is still not handed over,
+/// since Hermes' resume of the interrupted turn answers it; it is recorded handled then.
+#[test]
+fn a_replayed_message_of_an_inherited_turn_is_not_handed_over_again() {
+    let mut daemon = inheriting(&[("c1", "m-7")]);
+    let replayed = daemon.handle_effects(frame("e-7", "m-7", "cut off"));
+    assert_eq!(inbound_request_ids(&replayed), Vec::<String>::new());
+    assert_eq!(
+        records(&replayed),
+        vec![
+            Record::Handled {
+                message_id: "m-7".into(),
+                at_ms: daemon.now
+            },
+            Record::Cursor("e-7".into())
+        ]
+    );
+    let resume = daemon.handle_effects(turn_start_line("r1", "c1", None));
+    assert_eq!(published_active(&resume), ["m-7"], "the resume answers it");
+}
+
+/// Hermes' resume of an interrupted turn replies to nothing. Its answer replies to the
+/// interrupted turn's message, so Canon ties the two even when the turn's opening publish
+/// (the only one that names the message) failed.
+#[test]
+fn the_answer_of_a_resume_replies_to_its_interrupted_turns_message() {
+    let mut daemon = inheriting(&[("c1", "m-7")]);
+    let resumed = daemon.handle_effects(turn_start_line("r1", "c1", None));
+    assert_eq!(published_active(&resumed), ["m-7"]);
+    // Hermes streams the resume's answer and finalizes it, replying to nothing.
+    let ctx = json!({"platform": "canon", "session_key": session_key("c1"), "chat_id": "c1"});
+    let send = protocol::encode_request(
+        "s1",
+        "adapter.send",
+        json!({"chat_id": "c1", "content": "The answer", "reply_to": null,
+               "metadata": {"expect_edits": true}, "ctx": ctx}),
+    );
+    let mut effects = daemon.handle_effects(SessionInput::Line(send.into_bytes()));
+    let finalize = protocol::encode_request(
+        "s2",
+        "adapter.edit",
+        json!({"chat_id": "c1", "message_id": "ignored", "content": "The answer",
+               "finalize": true, "metadata": null, "ctx": ctx}),
+    );
+    effects.extend(daemon.handle_effects(SessionInput::Line(finalize.into_bytes())));
+    effects.extend(daemon.handle_effects(turn_complete_line("t2", "shim:r1", "c1", 0, false)));
+    let delivery = effects
+        .iter()
+        .find_map(|e| match e {
+            SessionEffect::Canon(Effect::Deliver(delivery)) => Some(format!("{delivery:?}")),
+            _ => None,
+        })
+        .expect("the final goes out");
+    assert!(delivery.contains("reply_to: Some(\"m-7\")"), "{delivery}");
+}
