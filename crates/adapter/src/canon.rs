@@ -607,7 +607,7 @@ mod tests {
         })
     }
 
-    /// Fault harness finding (issue 16): a preview write that Canon never answers held its
+    /// Found by the fault harness: a preview write that Canon never answers held its
     /// conversation's lane for the client's 30 s read timeout, and a gateway restart meanwhile
     /// ended the daemon with the turn's closing publish (and the reply releasing Hermes' final
     /// send) still queued behind it: the turn stayed open in Canon. A hung preview now gives
@@ -654,7 +654,7 @@ mod tests {
         }
     }
 
-    /// Reliability review M3: queuing never waits, a hung conversation holds at most
+    /// Each conversation's write lane: queuing never waits, a hung conversation holds at most
     /// [`MAX_LANE_WRITES`] writes (later ones are dropped, a reply never is), its reply waits
     /// behind its writes, and a reply that follows no write of its input goes out at once.
     #[tokio::test(flavor = "current_thread")]

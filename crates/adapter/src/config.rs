@@ -88,8 +88,8 @@ pub(crate) const MAX_DISPOSITION_RETRIES: usize = 256;
 /// (hermes-host.md §19.6).
 pub const PROBE_VERIFY_BUDGET: Duration = Duration::from_secs(4);
 
-/// Doorbell consumes in flight at most (our number, reliability review L9); the signal poll
-/// picks up what a dropped doorbell would have consumed.
+/// Doorbell consumes in flight at most (our number); the signal poll picks up what a
+/// dropped doorbell would have consumed.
 pub(crate) const MAX_DOORBELLS: usize = 16;
 
 /// Consumed signals buffered between the signal tasks and the loop.

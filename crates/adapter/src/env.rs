@@ -25,9 +25,9 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// Fresh randomness for turn ids, epochs and lease tokens, from the kernel CSPRNG
-/// (`getrandom`; reliability review L10: never a hash of the clock). Should the kernel refuse,
-/// the standard library's per-process random hasher keys, a counter and the clock stand in, so
-/// an id is still unique; nothing secret is derived from these values.
+/// (`getrandom`; never a hash of the clock). Should the kernel refuse, the standard library's
+/// per-process random hasher keys, a counter and the clock stand in, so an id is still unique;
+/// nothing secret is derived from these values.
 pub(crate) fn random_u128() -> u128 {
     let mut bytes = [0u8; 16];
     let mut filled = 0;

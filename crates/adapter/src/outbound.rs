@@ -27,9 +27,9 @@ pub(crate) const UPLOAD_LIMIT_ERROR: &str = "Canon media upload limit is 10MB";
 /// (hermes-host.md §19.9).
 pub(crate) const UPLOAD_CONCURRENCY: usize = 8;
 
-/// Upload tasks waiting or running at most (reliability review L9): each belongs to one shim
-/// request, so the shim's in-flight cap (hermes-host.md §19.9, 64) is the natural bound; beyond
-/// it an upload fails at once instead of piling up tasks.
+/// Upload tasks waiting or running at most: each belongs to one shim request, so the shim's
+/// in-flight cap (hermes-host.md §19.9, 64) is the natural bound; beyond it an upload fails at
+/// once instead of piling up tasks.
 pub(crate) const MAX_UPLOAD_TASKS: usize = 64;
 
 /// The failure of an upload beyond [`MAX_UPLOAD_TASKS`].

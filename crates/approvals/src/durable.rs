@@ -140,8 +140,8 @@ impl DurableFile {
                 }
             },
         };
-        // A Canon home this creates is private (0700, reliability review L11): it holds the
-        // agent's credentials and decisions. An existing one keeps the mode its owner gave it.
+        // A Canon home this creates is private (0700): it holds the agent's credentials and
+        // decisions. An existing one keeps the mode its owner gave it.
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)

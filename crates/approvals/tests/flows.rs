@@ -348,9 +348,9 @@ fn reconcile_pass_drives_a_predecessor_consume_to_its_wake() {
     assert!(pass.wakes.is_empty() && pass.next_delay.is_none());
 }
 
-/// Reliability review L11: the Canon home holds the agent's credentials and decisions, so a home
-/// the store creates (with every missing parent) is private whatever the umask lets through,
-/// while one that already exists keeps the mode its owner gave it.
+/// The Canon home holds the agent's credentials and decisions, so a home the store creates (with
+/// every missing parent) is private whatever the umask lets through, while one that already
+/// exists keeps the mode its owner gave it.
 #[test]
 fn a_canon_home_the_store_creates_is_private_and_an_existing_one_is_left_alone() {
     use std::os::unix::fs::PermissionsExt;

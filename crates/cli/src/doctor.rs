@@ -374,7 +374,7 @@ fn yes_no(value: bool) -> &'static str {
     }
 }
 
-/// Lines 7–11 from a probe that could read the config, and the hint for the trap of issue 13:
+/// Lines 7–11 from a probe that could read the config, and the hint for the no-platform trap:
 /// with the plugin or the platform off, the gateway starts without Canon (and with no platform
 /// at all when Canon is its only one), which looks like a hang rather than an error.
 fn config_checks(facts: &Value, report: &mut Report<'_>) {

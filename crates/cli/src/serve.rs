@@ -308,8 +308,8 @@ pub(crate) fn flush_logs() {
 
 /// Resolves with the signal's name at the first SIGTERM or SIGINT, which then end the daemon
 /// as stdin EOF does (in-flight Canon writes get the exit grace) instead of killing it
-/// mid-write (hermes-host.md §19.3; reliability review M4). Never resolves when the handlers
-/// cannot be installed (logged).
+/// mid-write (hermes-host.md §19.3). Never resolves when the handlers cannot be installed
+/// (logged).
 async fn termination() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     match (

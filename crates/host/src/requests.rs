@@ -25,7 +25,7 @@ pub const RUNTIME_CONTROL_TOOL: &str = "canon_runtime_control";
 
 /// The randomness an `adapter.send`'s `send_key` stands for: its 32
 /// lowercase hex digits as a number; `None` for any other text, which then
-/// gets fresh randomness (reliability review H2).
+/// gets fresh randomness.
 pub fn send_key(key: &str) -> Option<u128> {
     let hex = key.len() == 32 && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     if !hex {

@@ -45,15 +45,15 @@
 //!   texts, and release only when nothing can have been stored.
 //! * A turn resumed after a daemon restart (`resync`) starts its ledger again
 //!   at ordinal 1, though the daemon before the restart may have used some of
-//!   its ordinals (reliability review M1). In that turn only, a 409
-//!   `MESSAGE_ID_EXISTS` ([`FailureClass::IdConflict`]) on a flush or a media
-//!   send means the ordinal is taken by another payload, so none of the
-//!   operation's parts was stored under it (parts go out in order, and an
-//!   earlier part that succeeded replayed the old operation's identical
-//!   part): the whole plan is sent again under the next free ordinal, at most
-//!   [`MAX_RESUMED_ORDINAL_SKIPS`] times (turns.md §4.4 "Resumed turn"). An
-//!   identical replay still lands on its old id, since Canon returns the
-//!   stored message for it; elsewhere a 409 keeps its reservation as before.
+//!   its ordinals. In that turn only, a 409 `MESSAGE_ID_EXISTS`
+//!   ([`FailureClass::IdConflict`]) on a flush or a media send means the
+//!   ordinal is taken by another payload, so none of the operation's parts was
+//!   stored under it (parts go out in order, and an earlier part that succeeded
+//!   replayed the old operation's identical part): the whole plan is sent again
+//!   under the next free ordinal, at most [`MAX_RESUMED_ORDINAL_SKIPS`] times
+//!   (turns.md §4.4 "Resumed turn"). An identical replay still lands on its old
+//!   id, since Canon returns the stored message for it; elsewhere a 409 keeps
+//!   its reservation as before.
 //! * A durable `send` that resolves to **no turn id** (turns.md §7.6 "any
 //!   other send … without a turn id": Hermes' in-process cron delivery,
 //!   `send_message` through the live adapter, ledger redelivery) follows
@@ -73,7 +73,7 @@
 //!   every attempt of one failed ambiguously (it may have been stored) the
 //!   reply says [`UNCONFIRMED_SEND`] with `retryable: false`: its text
 //!   contains `timed out`, and Hermes then neither retries nor sends a
-//!   fallback copy (hermes-host.md §8.4, reliability review H2).
+//!   fallback copy (hermes-host.md §8.4).
 //!
 //! # Recommended decisions applied
 //!
@@ -1870,9 +1870,9 @@ impl TurnMachine {
         // whose final is still in flight (a retry after an ambiguous failure)
         // is answered now but kept: the final's outcome, which the daemon's
         // exit grace still waits for, publishes its closing state and tells
-        // the durable inbox the answer is stored (fault harness finding,
-        // issue 16: dropping it left the turn working in Canon and open in
-        // the inbox, and the restarted gateway's resume answered it again).
+        // the durable inbox the answer is stored (the fault harness found
+        // that dropping it left the turn working in Canon and open in the
+        // inbox, and the restarted gateway's resume answered it again).
         self.finish_closings(now, out, |c| c.awaiting.is_none());
         for turn in &mut self.closing {
             if let Some(closing) = turn.closing.as_mut() {

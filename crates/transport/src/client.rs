@@ -356,8 +356,7 @@ pub struct DurableRequest {
     kind: DurableKind,
 }
 
-/// The body holds the reply-authority token: `Debug` shows its length only (reliability review
-/// L1).
+/// The body holds the reply-authority token: `Debug` shows its length only.
 impl std::fmt::Debug for DurableRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DurableRequest")
@@ -1178,8 +1177,7 @@ mod tests {
         assert!(clean_base("not a url").is_err());
     }
 
-    /// Reliability review M6 (canon-wire.md §1.1): the key is sent only over HTTPS, or plain
-    /// HTTP to the local host.
+    /// canon-wire.md §1.1: the key is sent only over HTTPS, or plain HTTP to the local host.
     #[test]
     fn plain_http_is_refused_except_on_the_local_host() {
         for url in [

@@ -504,7 +504,7 @@ impl Runner {
 /// The cursor rule lives in canon-wire (the daemon's durable inbox applies it too).
 pub use canon_wire::sse::{usable_cursor, MAX_CURSOR_BYTES};
 
-/// How much of an SSE `error` event's data is logged (reliability review L5).
+/// How much of an SSE `error` event's data is logged.
 const MAX_LOGGED_ERROR: usize = 512;
 
 #[cfg(test)]

@@ -283,7 +283,7 @@ async fn a_break_right_after_agent_context_loses_no_event() {
     assert_eq!(replayed, missed, "every missed event, once, in order");
 }
 
-/// Regression (fault harness, issue 16): every connection stores one more `agent.context`
+/// Regression (found by the fault harness): every connection stores one more `agent.context`
 /// after the cursor, and a server that ends each connection after a few frames must not trap
 /// the stream replaying old contexts: the contexts behind the first move the cursor, so an
 /// event sent after many short connections still arrives.

@@ -1,11 +1,11 @@
-//! The bounded soak test (issue 5 item 3): while messages flow each way, the
-//! simulator closes the event stream after every [`CLOSE_EVERY_FRAMES`]
-//! frames, the test drops it (a clean close, then a reset, and so on) every
+//! The bounded soak test: while messages flow each way, the simulator closes
+//! the event stream after every [`CLOSE_EVERY_FRAMES`] frames, the test
+//! drops it (a clean close, then a reset, and so on) every
 //! [`DROP_EVERY_INBOUND`] injected messages, and the sim fails a share of
 //! sends ambiguously (processed, then the connection dropped or a 500
-//! answered) or before processing (503). Every inbound message must
-//! reach the consumer exactly once after dedup by message id, and every
-//! outbound send must land exactly once in the sim state.
+//! answered) or before processing (503). Every inbound message must reach
+//! the consumer exactly once after dedup by message id, and every outbound
+//! send must land exactly once in the sim state.
 //!
 //! CI runs [`DEFAULT_MESSAGES`] (1,000) each way in a few seconds. A longer
 //! run: `CANON_SOAK_MESSAGES=20000 cargo test -p canon-transport --test tests

@@ -228,7 +228,7 @@ impl EventKind {
                     return malformed(name, data, "data is not an object");
                 };
                 // The token leaves the payload first, so even a malformed event (kept, and
-                // logged at trace level) never carries it (reliability review L1).
+                // logged at trace level) never carries it.
                 let authority = payload.remove("replyAuthority");
                 let conversation_id = payload
                     .get("conversationId")

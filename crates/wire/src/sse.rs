@@ -26,8 +26,8 @@ pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 /// one is not a `Last-Event-ID` a client can resend.
 pub const MAX_CURSOR_BYTES: usize = 1_024;
 
-/// Whether an event id can be a stream cursor (reliability review L3): a valid header value of
-/// at most [`MAX_CURSOR_BYTES`] (visible ASCII and inner spaces). Any other id, sent back as
+/// Whether an event id can be a stream cursor: a valid header value of at most
+/// [`MAX_CURSOR_BYTES`] (visible ASCII and inner spaces). Any other id, sent back as
 /// `Last-Event-ID`, would make every reconnect fail for good, so neither the stream client nor
 /// a durable inbox adopts it: the previous cursor stays.
 pub fn usable_cursor(id: &str) -> bool {

@@ -218,7 +218,7 @@ impl Driver {
         };
         while self.signal_tasks.try_join_next().is_some() {}
         // The poll loop is one of these tasks; beyond it a burst of doorbells shares the cap
-        // (reliability review L9): a dropped doorbell's signal is consumed by the next poll.
+        // (`MAX_DOORBELLS`): a dropped doorbell's signal is consumed by the next poll.
         if self.signal_tasks.len() > crate::config::MAX_DOORBELLS {
             tracing::debug!(
                 conversation_id,

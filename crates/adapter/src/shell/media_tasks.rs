@@ -15,7 +15,7 @@ use canon_host::session::Materialize;
 use canon_host::turn::{MediaPayload, RequestId};
 
 impl Driver {
-    /// Whether another upload task may start (reliability review L9); reaps finished ones.
+    /// Whether another upload task may start (at most `MAX_UPLOAD_TASKS`); reaps finished ones.
     fn upload_room(&mut self) -> bool {
         while self.upload_tasks.try_join_next().is_some() {}
         self.upload_tasks.len() < outbound::MAX_UPLOAD_TASKS

@@ -322,7 +322,7 @@ fn build_card(rng: &mut Rng, template: &Template, target: usize, beyond: bool) -
         blocks.pop();
         blocks.push(build_block(rng, Kind::Table, 30_000, true));
     }
-    // Past the cap, no bigger than the largest cards the issue measured (about 66 KB).
+    // Past the cap, no bigger than the top of the largest size class (about 66 KB).
     while beyond && blocks.len() > 1 && size > 66_000 {
         let last = blocks.pop().map_or(0, |b| len_of(&b) + 1);
         size -= last;

@@ -262,8 +262,8 @@ fn crlf_keeps_the_carriage_return_in_code_point_mode() {
     assert_invariants(text, 15, CP);
 }
 
-/// Issue 16 item 4 (turns.md §3.3): in grapheme mode `"\r\n"` is one line
-/// break, dropped whole; no part ends with its `"\r"`.
+/// turns.md §3.3: in grapheme mode `"\r\n"` is one line break, dropped
+/// whole; no part ends with its `"\r"`.
 #[test]
 fn grapheme_mode_cuts_a_crlf_line_break_whole() {
     let text = "line1\r\nline2\r\n\r\nline3";
@@ -486,7 +486,7 @@ proptest! {
         }
     }
 
-    /// Issue 16 item 4: whatever the budget, a grapheme-mode part never ends
+    /// turns.md §3.3: whatever the budget, a grapheme-mode part never ends
     /// with the `"\r"` of a CRLF, and the text still rebuilds exactly.
     #[test]
     fn grapheme_mode_never_ends_a_part_inside_a_crlf(

@@ -25,7 +25,8 @@ const NOT_READY: &str = "Canon Hermes plugin needs setup.";
 /// The Canon profile of the ready scratch, and its API key (which no output may contain).
 const PROFILE: &str = "canon-test";
 const SECRET: &str = "sk-doctor-test-secret-key";
-/// The trap of issue 13, called out after the table.
+/// The no-platform trap (the plugin or the platform off, so the gateway starts without Canon,
+/// which looks like a hang), called out after the table.
 const NO_PLATFORM: &str = "⚠ Hermes would start with no Canon platform: run canon-hermes install";
 
 /// The recommended settings, written after `install` has enabled the plugin and the platform

@@ -377,7 +377,7 @@ async fn killed_daemon_is_respawned_and_the_turn_completes_once() {
     );
 }
 
-/// A daemon killed twice while it delivers the final (issue 16's fault harness found this): the
+/// A daemon killed twice while it delivers the final (the fault harness found this): the
 /// final's request never reaches Canon either time (the simulator stalls it, then drops it
 /// unprocessed), so only a third daemon can store it. The shim sends `turn.complete` again after
 /// every exit it survives (up to its crash-loop limit), so the turn still ends with exactly one
@@ -437,7 +437,7 @@ async fn a_daemon_killed_twice_during_the_final_still_completes_the_turn_once() 
 }
 
 /// Two follow-ups dequeued back to back while the first boundary's final is still on its way to
-/// Canon (issue 16's fault harness, seed 21): the slow turn closes at the first follow-up's first
+/// Canon (the fault harness's seed 21): the slow turn closes at the first follow-up's first
 /// send, but its final stalls in Canon; the first follow-up answers and the second is dequeued;
 /// then the daemon is killed. The shim keeps every boundary-closed turn until its `turn.closed`
 /// (it kept only the newest, so the slow turn was neither resynced nor published as delivered,
@@ -559,7 +559,7 @@ async fn daemon_crash_loop_hands_over_to_the_gateway_reconnect() {
         let pid = sc.next_daemon(&seen).await;
         seen.push(pid);
     }
-    // Every killed child was waited for (reliability review L8): none is left a zombie.
+    // Every killed child was waited for: none is left a zombie.
     let deadline = std::time::Instant::now() + TURN;
     while !sc.gateway.zombie_children().is_empty() {
         assert!(

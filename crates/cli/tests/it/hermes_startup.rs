@@ -7,7 +7,7 @@
 //! | message during the startup restore: one Canon turn for the no-op pass and the replay | hermes-host.md §9.5 |
 //! | the key of config.yaml's `platforms.canon.api_key` connects the platform | cli.md §5.1 |
 //! | the shim's readiness check is the daemon's resolver: a bare key fails it, with the reason logged | cli.md §5.1 |
-//! | a frame the daemon's stdin pipe has room for is written by its caller at once, never ahead of a queued one | hermes-host.md §19.4, issue 18 |
+//! | a frame the daemon's stdin pipe has room for is written by its caller at once, never ahead of a queued one | hermes-host.md §19.4 |
 
 use std::process::Command;
 use std::time::Duration;
@@ -83,10 +83,10 @@ async fn real_gateway_message_during_startup_restore_is_one_turn() {
     assert_eq!(messages[0]["replyTo"], inbound_id.as_str());
 }
 
-/// A value JSON has no form for in a frame the shim sends (reliability review H1): YAML reads an
-/// unquoted date in `platforms.canon.extra` as a `datetime.date`, which reaches the daemon in
-/// `adapter.connect`. The frame is sent with the date as text, the platform connects and a turn is
-/// answered; before, the shim's writer thread died on it and Canon went deaf for good.
+/// A value JSON has no form for in a frame the shim sends: YAML reads an unquoted date in
+/// `platforms.canon.extra` as a `datetime.date`, which reaches the daemon in `adapter.connect`.
+/// The frame is sent with the date as text, the platform connects and a turn is answered; before,
+/// the shim's writer thread died on it and Canon went deaf for good.
 #[tokio::test(flavor = "multi_thread")]
 async fn real_gateway_survives_a_yaml_date_in_the_platform_extra() {
     let options = GatewayOptions {
@@ -108,9 +108,9 @@ async fn real_gateway_survives_a_yaml_date_in_the_platform_extra() {
     assert!(!connects.is_empty(), "{}", sc.gateway.log_tail());
 }
 
-/// Reliability review L8 through a real gateway: the daemon Hermes' shim spawns gets the Canon
-/// settings it reads and the basics, never the gateway's model-provider keys or other secrets
-/// (read from the running daemon's `/proc/<pid>/environ`).
+/// The daemon's filtered environment, through a real gateway: the daemon Hermes' shim spawns
+/// gets the Canon settings it reads and the basics, never the gateway's model-provider keys or
+/// other secrets (read from the running daemon's `/proc/<pid>/environ`).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_a_real_gateway_spawns_gets_none_of_the_gateways_other_secrets() {
     let options = GatewayOptions {
@@ -407,7 +407,7 @@ fn the_shim_hands_hermes_each_message_once_across_daemon_respawns() {
     );
 }
 
-/// Reliability review H1, the values a YAML date does not cover: NaN and a circular value fail
+/// The values JSON has no form for that a YAML date does not cover: NaN and a circular value fail
 /// their own frame (the caller gets a `DaemonError`; the writer's queue never sees them, and the
 /// next frame goes out), and a lone UTF-16 surrogate, which Python escapes as a `\udXXX` the
 /// daemon's JSON refuses (dropping the whole frame there), is sent as U+FFFD. The line is read
@@ -440,10 +440,10 @@ fn a_frame_the_daemons_json_would_refuse_fails_alone_or_is_mended() {
     );
 }
 
-/// Reliability review L9 (hermes-host.md §19.9): the shim keeps at most the daemon's
-/// `limits.max_inflight` requests unanswered. One beyond waits unsent for a slot, which the next
-/// answer frees (in order); one whose caller stops waiting first (sync or async) fails
-/// `backpressure`, retryable, and never reaches the daemon.
+/// hermes-host.md §19.9: the shim keeps at most the daemon's `limits.max_inflight` requests
+/// unanswered. One beyond waits unsent for a slot, which the next answer frees (in order); one
+/// whose caller stops waiting first (sync or async) fails `backpressure`, retryable, and never
+/// reaches the daemon.
 #[test]
 fn requests_beyond_the_in_flight_cap_wait_for_a_slot_and_give_up_unsent() {
     let code = "import asyncio, json\n\
@@ -522,8 +522,8 @@ fn a_frame_the_pipe_has_room_for_is_written_at_once_and_never_overtakes_a_queued
 
 #[test]
 fn the_daemon_gets_only_the_environment_it_reads() {
-    // Reliability review L8: the model providers' keys and the rest of the gateway's environment
-    // stay with the gateway; the daemon's own settings, the basics and the TLS roots pass.
+    // The model providers' keys and the rest of the gateway's environment stay with the gateway;
+    // the daemon's own settings, the basics and the TLS roots pass.
     let code = "from shim import _daemon as d\n\
          env = d.daemon_env({'OPENAI_API_KEY': 'sk-x', 'ANTHROPIC_API_KEY': 'sk-y', 'AWS_SECRET': 'z',\n\
          \x20                   'CANON_API_KEY': 'k', 'HERMES_HOME': '/h', 'PATH': '/bin', 'HOME': '/root',\n\
@@ -535,7 +535,7 @@ fn the_daemon_gets_only_the_environment_it_reads() {
     );
 }
 
-/// Issue 16 (the fault harness's "answer lost in the completion call"): the daemon is killed
+/// The answer lost in the completion call (found by the fault harness): the daemon is killed
 /// when Hermes completes the turn, after the answer was streamed and before its final was
 /// stored. The staged answer died with it; the shim keeps the turn open until its completion is
 /// answered, hands it and its kept answer to the respawned daemon and completes it again, so

@@ -544,11 +544,11 @@ async fn probe_seed_is_the_named_home_channel() {
     }
 }
 
-/// Reliability review M6, canon-wire.md §1.1: a Canon URL is `https`, or plain `http` only on
-/// `localhost`, `127.0.0.1` or `::1`. A key configured with a plain-HTTP URL to any other host
-/// (the direct test mode's URLs, an environment's override, a platform extra at connect) leaves
-/// the daemon unconfigured with the rule as its error: the key is never sent, and never logged.
-/// Plain HTTP to the loopback simulator is what every other test of this file runs on.
+/// canon-wire.md §1.1: a Canon URL is `https`, or plain `http` only on `localhost`, `127.0.0.1`
+/// or `::1`. A key configured with a plain-HTTP URL to any other host (the direct test mode's
+/// URLs, an environment's override, a platform extra at connect) leaves the daemon unconfigured
+/// with the rule as its error: the key is never sent, and never logged. Plain HTTP to the
+/// loopback simulator is what every other test of this file runs on.
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_http_to_a_remote_host_is_refused_and_the_key_never_sent() {
     let sim = sim().await;

@@ -561,11 +561,11 @@ async fn exec_approval_deny_timeout_and_a_foreign_responder_deny() {
     assert_eq!(shim.close().await, Some(0));
 }
 
-/// An exec approval nobody is known to expect (the reliability review's M5): a `sudo` command
-/// asks no particular human, and this Canon knows no owner for the agent, so its create
-/// response names no responder and `GET /agents/me` has no `ownerId`. A guest of the group then
-/// allows it with `approve-all`. That allow came from someone the daemon cannot check, so it is
-/// a deny; it used to be trusted, and even became a session-wide grant.
+/// An exec approval nobody is known to expect: a `sudo` command asks no particular human, and
+/// this Canon knows no owner for the agent, so its create response names no responder and
+/// `GET /agents/me` has no `ownerId`. A guest of the group then allows it with `approve-all`.
+/// That allow came from someone the daemon cannot check, so it is a deny; it used to be
+/// trusted, and even became a session-wide grant.
 #[tokio::test]
 async fn an_exec_approval_with_no_known_responder_is_denied_whoever_allows_it() {
     let sim = hitl_sim().await;

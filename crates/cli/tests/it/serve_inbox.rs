@@ -1,9 +1,8 @@
-//! The durable inbox across real daemon deaths (reliability review M2, issue 16): the stream
-//! cursor and the handled message ids survive a `kill -9`, so the successor is handed every
-//! message that arrived while no daemon ran, and the one the dead daemon had read but not yet
-//! seen taken by Hermes, and none that Hermes already took; a replay the successor was killed in
-//! the middle of is replayed again. Counted from the frames the fake shim
-//! reads and the journal file, never by sleeping.
+//! The durable inbox across real daemon deaths: the stream cursor and the handled message ids
+//! survive a `kill -9`, so the successor is handed every message that arrived while no daemon
+//! ran, and the one the dead daemon had read but not yet seen taken by Hermes, and none that
+//! Hermes already took; a replay the successor was killed in the middle of is replayed again.
+//! Counted from the frames the fake shim reads and the journal file, never by sleeping.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -130,7 +129,7 @@ async fn a_killed_daemons_successor_gets_every_unhandled_message_once_and_no_han
     assert_eq!(mode & 0o777, 0o600);
 }
 
-/// Fault harness finding (issue 16). Canon sends each connection's `agent.context`, with a fresh
+/// Found by the fault harness. Canon sends each connection's `agent.context`, with a fresh
 /// id, before the replay of what the cursor missed. Had the inbox settled that frame, its
 /// durable cursor would jump past the whole replay: a daemon killed before a replayed message
 /// settled would leave its successor nothing to replay, and the message would be lost. Here the
@@ -446,7 +445,7 @@ fn states_of(sim: &canon_sim::SimHandle, turn_id: &str) -> Vec<String> {
     })
 }
 
-/// Fault harness finding (issue 16): a daemon killed mid-turn, then a gateway stop before its
+/// Found by the fault harness: a daemon killed mid-turn, then a gateway stop before its
 /// respawn could take the turn over, left the Canon turn `streaming` for good (Canon shows the
 /// agent working until it reads the turn stale, 30 minutes later). The journal names each
 /// Canon turn told open and not yet closed. A respawned daemon's connect (a reconnect) leaves

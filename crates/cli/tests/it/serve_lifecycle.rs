@@ -94,11 +94,11 @@ async fn daemon_exits_when_the_parent_process_is_gone() {
     assert_eq!(kept.close().await, Some(0));
 }
 
-/// Reliability review M4, hermes-host.md §19.3: SIGTERM (systemd's stop of the gateway's
-/// control group) and SIGINT end the daemon as stdin EOF does, so a delivery in flight still
-/// gets the exit grace. Here Canon answers a turn-less send's first attempt `503` with
-/// `Retry-After: 2`, and the daemon is signalled while it waits to retry: it sends the retry,
-/// Canon stores the message, and the daemon exits 0 instead of dying of the signal.
+/// hermes-host.md §19.3: SIGTERM (systemd's stop of the gateway's control group) and SIGINT
+/// end the daemon as stdin EOF does, so a delivery in flight still gets the exit grace. Here
+/// Canon answers a turn-less send's first attempt `503` with `Retry-After: 2`, and the daemon
+/// is signalled while it waits to retry: it sends the retry, Canon stores the message, and
+/// the daemon exits 0 instead of dying of the signal.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_and_sigint_let_an_in_flight_send_finish_then_exit_zero() {
     use canon_sim::faults::{FaultAction, FaultMatcher, FaultRule};
@@ -159,7 +159,7 @@ async fn sigterm_and_sigint_let_an_in_flight_send_finish_then_exit_zero() {
     }
 }
 
-/// Fault harness finding (issue 16). The gateway stops while a turn's final is on its way:
+/// Found by the fault harness. The gateway stops while a turn's final is on its way:
 /// Canon stored it but answered 502, and the daemon's stdin closes before the retry. The
 /// retry lands within the exit grace, so the turn must end as a stored answer everywhere: its
 /// closing state is published, and the durable inbox closes the turn the drain left open

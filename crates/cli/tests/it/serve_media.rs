@@ -667,12 +667,12 @@ async fn stale_hand_off_files_are_deleted_while_the_daemon_runs() {
     assert_eq!(shim.close().await, Some(0));
 }
 
-/// Reliability review H3, canon-wire.md §2.2 [target]: an attachment whose server drips its
-/// body one byte at a time never trips a read timeout, so only a total deadline per download
-/// (shortened here to 1.5 s) frees its download slot. Four such messages, in four
-/// conversations, hold every slot (`MEDIA_CONCURRENCY`): the daemon must still hand the shim a
-/// fifth conversation's message with its picture, each slow message without its attachment
-/// (as a failed download does), and the slow conversation's next message after its first.
+/// canon-wire.md §2.2 [target]: an attachment whose server drips its body one byte at a time
+/// never trips a read timeout, so only a total deadline per download (shortened here to 1.5 s)
+/// frees its download slot. Four such messages, in four conversations, hold every slot
+/// (`MEDIA_CONCURRENCY`): the daemon must still hand the shim a fifth conversation's message
+/// with its picture, each slow message without its attachment (as a failed download does), and
+/// the slow conversation's next message after its first.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_drip_attachment_times_out_and_every_conversation_goes_on() {
     let sim = sim().await;

@@ -5,8 +5,7 @@
 //! document out of turn is a standalone id group with the attachment on the final part; a file
 //! above 10 MiB is refused with nothing uploaded; `standalone.send` uploads its `media_files`
 //! onto the final part; a silenced turn answers success and writes nothing; a turn that sent
-//! media, resynced into a new daemon after a `kill -9`, still stores its final exactly once
-//! (reliability review M1).
+//! media, resynced into a new daemon after a `kill -9`, still stores its final exactly once.
 
 use std::path::{Path, PathBuf};
 
@@ -427,9 +426,9 @@ async fn a_dripping_image_url_times_out_and_frees_its_upload_slot() {
     assert_eq!(shim.close().await, Some(0));
 }
 
-/// Reliability review L9: upload tasks are capped (at the shim's 64 requests in flight): with
-/// every upload hung in Canon, the 65th `adapter.send_media` fails at once with a clear error
-/// instead of queuing one more task.
+/// Upload tasks are capped (at the shim's 64 requests in flight): with every upload hung in
+/// Canon, the 65th `adapter.send_media` fails at once with a clear error instead of queuing
+/// one more task.
 #[tokio::test(flavor = "multi_thread")]
 async fn uploads_beyond_the_cap_fail_at_once() {
     let sim = sim().await;
@@ -469,13 +468,13 @@ async fn uploads_beyond_the_cap_fail_at_once() {
     );
 }
 
-/// Reliability review M1 (issue 16), hermes-host.md §19.10: a turn sends an image (its own
-/// durable `turn_complete` under the turn's ordinal 1), then its daemon is killed with SIGKILL.
-/// The shim's successor resyncs the turn (same turn id) and the turn completes with an answer.
-/// The resumed ledger starts again at ordinal 1, so the final's first id is the image's and
-/// Canon answers 409 `MESSAGE_ID_EXISTS`; before the fix the daemon logged "final delivery
-/// failed" and the answer was lost. Now the final moves on to ordinal 2: Canon stores the image
-/// once and the answer exactly once, and the journal shows the 409 followed by the store.
+/// hermes-host.md §19.10: a turn sends an image (its own durable `turn_complete` under the
+/// turn's ordinal 1), then its daemon is killed with SIGKILL. The shim's successor resyncs the
+/// turn (same turn id) and the turn completes with an answer. The resumed ledger starts again
+/// at ordinal 1, so the final's first id is the image's and Canon answers 409
+/// `MESSAGE_ID_EXISTS`; before the fix the daemon logged "final delivery failed" and the answer
+/// was lost. Now the final moves on to ordinal 2: Canon stores the image once and the answer
+/// exactly once, and the journal shows the 409 followed by the store.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turn_resynced_after_a_kill_stores_its_final_once_past_the_media_ordinal() {
     use std::os::unix::process::ExitStatusExt;

@@ -464,11 +464,11 @@ fn answered_in(sim: &SimHandle, path: &str, conversation: &str) -> usize {
         .count()
 }
 
-/// Reliability review M3: best-effort Canon writes run in one ordered lane per conversation.
-/// While the direct conversation's `/runtime/turn` publish (at `turn.start`), then its
-/// `/streaming` write (at an edit), hangs, the group's `turn.start` and edit are answered at
-/// once; the direct conversation's own replies still wait for the writes they follow, so each
-/// arrives only after Canon answered its slow write.
+/// Best-effort Canon writes run in one ordered lane per conversation. While the direct
+/// conversation's `/runtime/turn` publish (at `turn.start`), then its `/streaming` write (at
+/// an edit), hangs, the group's `turn.start` and edit are answered at once; the direct
+/// conversation's own replies still wait for the writes they follow, so each arrives only
+/// after Canon answered its slow write.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_write_in_one_conversation_delays_no_other_conversations_reply() {
     use super::serve_support::{add_group, GROUP};

@@ -193,8 +193,8 @@ fn shim_constants_equal_the_rust_constants() {
     assert!(config::PROBE_VERIFY_BUDGET < timeout("probe"));
     assert!(config::HITL_CREATE_BUDGET < timeout("adapter.send_clarify"));
     assert!(config::HITL_CREATE_BUDGET < timeout("adapter.send_exec_approval"));
-    // The daemon's exit grace ends before the shim's SIGTERM, which would cut a final still
-    // retrying (reliability review M4).
+    // The daemon's exit grace ends before the shim's SIGTERM, which would cut a final
+    // still retrying.
     assert!(config::EXIT_GRACE < seconds(get("EXIT_WAIT")));
     checked.extend([
         "STANDALONE_FAILED",

@@ -5,15 +5,15 @@
 //!
 //! | scenario | spec |
 //! |---|---|
-//! | a turn-less send whose every attempt failed ambiguously is stored once: Hermes' `_send_with_retry` does not send it again | hermes-host.md §8.4, reliability review H2 |
-//! | a turn-less send cut off by a daemon crash is resent to the respawned daemon and stored once | hermes-host.md §19.10, turns.md §4.6, reliability review H2 |
-//! | a response racing the cancel of its request's future does not kill the reader thread | hermes-host.md §19.4, reliability review M7 |
-//! | a failed background respawn is tried again on the backoff schedule, and counts toward the crash loop | hermes-host.md §19.10, reliability review H4 |
-//! | the daemon runs in a process group of its own, so the terminal's Ctrl-C reaches only the gateway; a daemon that exits while the gateway stops is not respawned | hermes-host.md §19.3, §19.10, reliability review M4 |
-//! | an inbound message offered while the gateway stops is refused as retryable, never handed to Hermes, and the restarted gateway gets it from the daemon's durable inbox | hermes-host.md §19.6, issue 16 |
+//! | a turn-less send whose every attempt failed ambiguously is stored once: Hermes' `_send_with_retry` does not send it again | hermes-host.md §8.4 |
+//! | a turn-less send cut off by a daemon crash is resent to the respawned daemon and stored once | hermes-host.md §19.10, turns.md §4.6 |
+//! | a response racing the cancel of its request's future does not kill the reader thread | hermes-host.md §19.4 |
+//! | a failed background respawn is tried again on the backoff schedule, and counts toward the crash loop | hermes-host.md §19.10 |
+//! | the daemon runs in a process group of its own, so the terminal's Ctrl-C reaches only the gateway; a daemon that exits while the gateway stops is not respawned | hermes-host.md §19.3, §19.10 |
+//! | an inbound message offered while the gateway stops is refused as retryable, never handed to Hermes, and the restarted gateway gets it from the daemon's durable inbox | hermes-host.md §19.6 |
 //! | the daemon's DEBUG lines, when its `RUST_LOG` asks for them, reach Hermes' logs (at INFO) | hermes-host.md §19.3 |
-//! | a message handed over during Hermes' startup restore waits in the runner's queue: a gateway stopped before the restore ran it gets it again after its restart | hermes-host.md §9.5, §19.6, issue 16 |
-//! | only a send that stored a message of its own marks the turn's durable send for a resync; a plain answer send staged into the final does not | hermes-host.md §19.10, reliability review M1, issue 16 |
+//! | a message handed over during Hermes' startup restore waits in the runner's queue: a gateway stopped before the restore ran it gets it again after its restart | hermes-host.md §9.5, §19.6 |
+//! | only a send that stored a message of its own marks the turn's durable send for a resync; a plain answer send staged into the final does not | hermes-host.md §19.10 |
 //! | a daemon that stops reading its stdin never blocks a post: frames that do not find the pipe empty wait for the writer thread, and all of them arrive once it reads again | hermes-host.md §19.9 |
 //! | what the shim remembers of inbound messages to drop a repeat holds no event text, and still answers a repeat of a queued message as queued | hermes-host.md §19.6 |
 //! | gateway calls waiting for a slow respawn and resync leave the loop's default executor free, and all get their answer once it is done | hermes-host.md §19.10 |
@@ -128,13 +128,13 @@ fn reports(stdout: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Reliability review H2, hermes-host.md §8.4. Outside any turn every `adapter.send` is a new
-/// standalone id group, so a retry by Hermes is a second copy. Each durable attempt of the send
-/// here fails ambiguously after Canon stored it (a 502, or the connection dropped after the
-/// write), and the daemon replays it under the same ids within the call; the reply must then
-/// say `timed out`, not retryable, so that Hermes' real `_send_with_retry` neither retries nor
-/// sends a plain-text fallback. Canon stores exactly one copy, and the journal shows the three
-/// attempts of one id and nothing more.
+/// hermes-host.md §8.4. Outside any turn every `adapter.send` is a new standalone id group, so
+/// a retry by Hermes is a second copy. Each durable attempt of the send here fails ambiguously
+/// after Canon stored it (a 502, or the connection dropped after the write), and the daemon
+/// replays it under the same ids within the call; the reply must then say `timed out`, not
+/// retryable, so that Hermes' real `_send_with_retry` neither retries nor sends a plain-text
+/// fallback. Canon stores exactly one copy, and the journal shows the three attempts of one id
+/// and nothing more.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ambiguous_turnless_send_is_stored_once_whatever_hermes_retries() {
     let sim = sim().await;
@@ -170,10 +170,10 @@ asyncio.run(main())
     assert_eq!(reports(&out).len(), 2, "{out}");
 }
 
-/// Reliability review H2, hermes-host.md §19.10. The daemon dies (SIGKILL) while Canon holds
-/// the answer to a turn-less send it already stored; the shim sends the same `adapter.send`
-/// once more to the respawned daemon, with the same `send_key`, so the standalone ids are the
-/// same and Canon answers the replay with the stored message: one copy, reported delivered.
+/// hermes-host.md §19.10. The daemon dies (SIGKILL) while Canon holds the answer to a
+/// turn-less send it already stored; the shim sends the same `adapter.send` once more to the
+/// respawned daemon, with the same `send_key`, so the standalone ids are the same and Canon
+/// answers the replay with the stored message: one copy, reported delivered.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_turnless_send_resent_after_a_daemon_crash_is_stored_once() {
     let sim = sim().await;
@@ -207,11 +207,11 @@ asyncio.run(main())
     );
 }
 
-/// Reliability review M7, hermes-host.md §19.4. When `acall` times out, the gateway loop
-/// cancels the request's future, and that cancel can land just before the reader thread sets
-/// the response on it. `Racing` is a future whose cancel lands exactly there. The reader must
-/// live on (the next request is answered), and at EOF a racing future must not keep the others
-/// from failing at once with `daemon_exited`.
+/// hermes-host.md §19.4. When `acall` times out, the gateway loop cancels the request's
+/// future, and that cancel can land just before the reader thread sets the response on it.
+/// `Racing` is a future whose cancel lands exactly there. The reader must live on (the next
+/// request is answered), and at EOF a racing future must not keep the others from failing at
+/// once with `daemon_exited`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_response_racing_a_cancel_keeps_the_reader_alive() {
     let sim = sim().await;
@@ -270,12 +270,12 @@ print(json.dumps({'raced': raced.cancelled(), 'plain': outcome, 'exits': len(exi
     );
 }
 
-/// Reliability review H4, hermes-host.md §19.10. The daemon dies while Canon is unreachable
-/// (`GET /agents/me` fails), so the background respawn's resync fails. With no daemon there is
-/// no Canon stream and no inbound message to trigger a spawn, so the shim itself must try again
-/// on its backoff schedule: once Canon is back, a respawned daemon holds the stream again. And
-/// while Canon stays down, the failed respawns count toward the crash loop, which Hermes is
-/// told about as a retryable fatal.
+/// hermes-host.md §19.10. The daemon dies while Canon is unreachable (`GET /agents/me` fails),
+/// so the background respawn's resync fails. With no daemon there is no Canon stream and no
+/// inbound message to trigger a spawn, so the shim itself must try again on its backoff
+/// schedule: once Canon is back, a respawned daemon holds the stream again. And while Canon
+/// stays down, the failed respawns count toward the crash loop, which Hermes is told about as a
+/// retryable fatal.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_respawn_is_retried_and_counts_toward_the_crash_loop() {
     let sim = sim().await;
@@ -326,11 +326,11 @@ asyncio.run(main())
     );
 }
 
-/// Reliability review M4, hermes-host.md §19.3 and §19.10. The shim starts the daemon in a
-/// session and process group of its own, so a SIGINT to the gateway's process group (Ctrl-C in
-/// its terminal) reaches the gateway alone, which then closes the daemon in order. And once
-/// the gateway has begun to stop (its runner is `_draining`), a daemon that exits (systemd
-/// signals the whole control group) is not respawned, neither in the background nor for a send.
+/// hermes-host.md §19.3 and §19.10. The shim starts the daemon in a session and process group
+/// of its own, so a SIGINT to the gateway's process group (Ctrl-C in its terminal) reaches the
+/// gateway alone, which then closes the daemon in order. And once the gateway has begun to stop
+/// (its runner is `_draining`), a daemon that exits (systemd signals the whole control group)
+/// is not respawned, neither in the background nor for a send.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_has_its_own_process_group_and_is_not_respawned_while_the_gateway_stops() {
     let sim = sim().await;
@@ -381,11 +381,11 @@ asyncio.run(main())
     );
 }
 
-/// hermes-host.md §19.6 (`inbound.message` while the gateway stops), issue 16. A stopping
-/// Hermes runner answers a busy session "shutting down" and drops the message, and drops its
-/// queues at exit, so a message handed over then would never be answered. The shim refuses it
-/// as retryable instead: Hermes never sees it, the daemon leaves its stream frame unsettled, and
-/// after the gateway's restart the next daemon's durable inbox hands it over, once.
+/// hermes-host.md §19.6 (`inbound.message` while the gateway stops). A stopping Hermes runner
+/// answers a busy session "shutting down" and drops the message, and drops its queues at exit,
+/// so a message handed over then would never be answered. The shim refuses it as retryable
+/// instead: Hermes never sees it, the daemon leaves its stream frame unsettled, and after the
+/// gateway's restart the next daemon's durable inbox hands it over, once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_message_offered_while_the_gateway_stops_waits_for_the_restarted_gateway() {
     let sim = sim().await;
@@ -439,7 +439,7 @@ asyncio.run(main())
     );
 }
 
-/// hermes-host.md §9.5 and §19.6, issue 16. While a restarted Hermes resumes its interrupted
+/// hermes-host.md §9.5 and §19.6. While a restarted Hermes resumes its interrupted
 /// sessions, its runner puts every inbound message in a startup-restore queue, from a task of
 /// its own that runs after `handle_message` returned, and a stop drops that queue. The shim so
 /// answers such a hand-over `queued`: the daemon keeps its stream frame unsettled until the
@@ -498,7 +498,7 @@ asyncio.run(main())
     );
 }
 
-/// Issue 16 (the fault harness's seed 11). A message Hermes queued behind a running turn, and
+/// Found by the fault harness (its seed 11). A message Hermes queued behind a running turn, and
 /// started only once the gateway had begun its stop, never runs: the stopping runner refuses
 /// new work, or the stop cancels the cycle at once. The shim tells the daemon so (`turn.start`
 /// with `draining`), and the daemon leaves the message's stream frame unsettled, so after the
@@ -593,13 +593,12 @@ asyncio.run(main())
     );
 }
 
-/// Fault harness finding (issue 16), reliability review M1. The shim tells a respawned daemon
-/// whether a turn made a durable send of its own (`durable_sent` in the resync), because such
-/// a send took one of the turn's message ids. Hermes' plain send of an answer inside a turn is
-/// staged into the turn's final (the daemon's answer is a marker or names the turn), so it took
-/// none; counting it let a daemon killed after the final was stored move the replayed final to
-/// the next id when Canon refused it (409) and store the answer twice. A media send does take
-/// an id, and still counts.
+/// Found by the fault harness. The shim tells a respawned daemon whether a turn made a durable
+/// send of its own (`durable_sent` in the resync), because such a send took one of the turn's
+/// message ids. Hermes' plain send of an answer inside a turn is staged into the turn's final
+/// (the daemon's answer is a marker or names the turn), so it took none; counting it let a
+/// daemon killed after the final was stored move the replayed final to the next id when Canon
+/// refused it (409) and store the answer twice. A media send does take an id, and still counts.
 #[tokio::test(flavor = "multi_thread")]
 async fn only_a_send_that_stored_a_message_of_its_own_counts_as_the_turns_durable_send() {
     let sim = sim().await;

@@ -168,8 +168,7 @@ pub struct AdapterSend {
     /// shim sends it once more to a respawned daemon. A send that resolves to
     /// no turn id derives its standalone id group from it, so that resend
     /// lands on the Canon messages the first attempt may have stored
-    /// (turns.md §4.6; reliability review H2). Absent or malformed: a fresh
-    /// group.
+    /// (turns.md §4.6). Absent or malformed: a fresh group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_key: Option<String>,
 }

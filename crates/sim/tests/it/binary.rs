@@ -1,5 +1,6 @@
-//! The `canon-sim` binary: `serve --print-env` prints a working environment (the issue's
-//! "Done when"), `--agents-json` writes a profile, and `model --script` serves the script.
+//! The `canon-sim` binary: `serve --print-env` prints a working environment (its key
+//! authenticates and its URLs answer), `--agents-json` writes a profile, and `model --script`
+//! serves the script.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -270,7 +270,7 @@ fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
         message_ids: vec!["m-7".into()],
     }));
     // c2's human wrote again before any resume: that turn runs on the transcript that holds
-    // m-9, so it answers m-9 too (fault harness finding, issue 16: the answer to the cut-off
+    // m-9, so it answers m-9 too (found by the fault harness: the answer to the cut-off
     // message came in the new message's turn, and m-9 counted as never answered). The
     // inheritance ends there.
     let fresh = daemon.handle_effects(turn_start_line("t2", "c2", Some("m-10")));
@@ -291,7 +291,7 @@ fn the_resume_of_a_session_cut_off_by_a_restart_answers_its_messages() {
     assert_eq!(published_active(&later), Vec::<String>::new());
 }
 
-/// Fault harness finding (issue 16): a restarted Hermes resumes a session in two passes, the
+/// Found by the fault harness: a restarted Hermes resumes a session in two passes, the
 /// first of which closes at once without an answer. The interrupted turn's message must stay
 /// with the resume, so the pass that really answers replies to it.
 #[test]
@@ -311,7 +311,7 @@ fn a_resume_pass_that_answers_nothing_leaves_the_messages_to_the_next_pass() {
     assert_eq!(published_active(&second), vec!["m-7".to_owned()]);
 }
 
-/// Fault harness findings (issue 16): a turn the gateway's stop closed is closed in the journal
+/// Found by the fault harness: a turn the gateway's stop closed is closed in the journal
 /// when its final is stored, and not before. Closing it at the drain because it had streamed
 /// lost the message when the final then never reached Canon (it waited behind a hung preview
 /// write until the daemon exited; Hermes redelivered it after the restart, and only an open
@@ -881,7 +881,7 @@ fn a_canon_turn_is_journaled_open_once_and_closed_after_its_closing_publish() {
     );
 }
 
-/// The fault harness's seed 3 (issue 16): Hermes pops the queued m-2 just before m-1's turn
+/// The fault harness's seed 3: Hermes pops the queued m-2 just before m-1's turn
 /// reports its queue (empty), then a gateway stop cancels m-2's start. Settling m-2 at the
 /// empty queue recorded it as handled, so the restart never replayed it and it was lost. Now
 /// it stays unsettled through the stop; without a stop it settles once its turn starts, or

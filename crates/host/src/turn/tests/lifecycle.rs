@@ -265,8 +265,8 @@ fn resynced_turn_keeps_its_id() {
 /// waiting host requests are answered (a turn-less send as unconfirmed: its
 /// delivery may have landed). A turn whose final is still in flight is the
 /// exception: the final's outcome, which the daemon's exit grace waits for,
-/// publishes its closing state and clears its live node (fault harness finding,
-/// issue 16: the turn stayed working in Canon).
+/// publishes its closing state and clears its live node (the fault harness
+/// found the turn left working in Canon otherwise).
 #[test]
 fn disconnect_drops_everything() {
     let machine = check(vec![

@@ -1,9 +1,9 @@
-//! Tests of a turn resumed after a daemon restart (hermes-host.md §19.10; reliability review
-//! M1, issue 16): its ledger starts again at ordinal 1, so a durable operation may reserve an
-//! ordinal the daemon before the restart already used. Canon then answers 409
-//! `MESSAGE_ID_EXISTS`, and the operation moves on to the next ordinal, whole and under that
-//! ordinal's ids, at most [`MAX_RESUMED_ORDINAL_SKIPS`] times (turns.md §4.4 "Resumed turn").
-//! In a turn that was not resumed the conflict stays a failure that keeps its reservation.
+//! Tests of a turn resumed after a daemon restart (hermes-host.md §19.10): its ledger starts
+//! again at ordinal 1, so a durable operation may reserve an ordinal the daemon before the
+//! restart already used. Canon then answers 409 `MESSAGE_ID_EXISTS`, and the operation moves
+//! on to the next ordinal, whole and under that ordinal's ids, at most
+//! [`MAX_RESUMED_ORDINAL_SKIPS`] times (turns.md §4.4 "Resumed turn"). In a turn that was not
+//! resumed the conflict stays a failure that keeps its reservation.
 
 use canon_chunking::ids::{stable_final_message_id, Ordinal};
 use canon_dispatch::verbosity::ConversationType;
@@ -102,9 +102,9 @@ fn finish(machine: &mut TurnMachine, text: &str, now: u64) -> Delivery {
     )
 }
 
-/// Reliability review M1: media sent in a resumed turn whose first ordinal the daemon before
-/// the restart had used gets 409 `MESSAGE_ID_EXISTS`; it is sent again, same payload, under
-/// ordinal 2, and only that answers the host. The final then takes ordinal 3.
+/// Media sent in a resumed turn whose first ordinal the daemon before the restart had used
+/// gets 409 `MESSAGE_ID_EXISTS`; it is sent again, same payload, under ordinal 2, and only
+/// that answers the host. The final then takes ordinal 3.
 #[test]
 fn resumed_turn_media_moves_past_an_ordinal_taken_before_the_restart() {
     let mut machine = TurnMachine::new(TurnConfig::default());
@@ -128,10 +128,10 @@ fn resumed_turn_media_moves_past_an_ordinal_taken_before_the_restart() {
     assert_eq!(ids(&flush), [base(3)]);
 }
 
-/// Reliability review M1: the final of a resumed turn whose ordinal the daemon before the
-/// restart had used (its media) gets 409 `MESSAGE_ID_EXISTS`; before, the turn closed and
-/// the answer was lost ("final delivery failed"). Now the flush goes again under ordinal 2,
-/// and the turn closes only after it settled, as `completed`.
+/// The final of a resumed turn whose ordinal the daemon before the restart had used (its
+/// media) gets 409 `MESSAGE_ID_EXISTS`; before, the turn closed and the answer was lost
+/// ("final delivery failed"). Now the flush goes again under ordinal 2, and the turn closes
+/// only after it settled, as `completed`.
 #[test]
 fn resumed_turn_final_moves_past_an_ordinal_taken_before_the_restart() {
     let mut machine = TurnMachine::new(TurnConfig::default());
@@ -165,7 +165,7 @@ fn resumed_turn_final_moves_past_an_ordinal_taken_before_the_restart() {
     assert_eq!(machine.next_deadline(), None);
 }
 
-/// Reliability review M1 with a long answer: a conflict on any part moves the whole plan to
+/// A resumed turn with a long answer: a conflict on any part moves the whole plan to
 /// the next ordinal, every part under its ids (`-part-1` … `-part-N`, in order, with
 /// `messageChunk` counting N and naming the new group), one `turn_complete` last; a second
 /// conflict moves it again.

@@ -101,13 +101,13 @@ fn turnless_sends_never_share_ids() {
     assert!(machine.sessions.is_empty());
 }
 
-/// Reliability review H2, hermes-host.md §8.4: a retry of a turn-less send
-/// is a new invocation under new ids, so an ambiguous failure (a 5xx after
-/// Canon stored it, a reset, a read timeout), which the transport reports as
-/// retryable with its own text, is answered as "timed out" and not
-/// retryable; Hermes then neither retries it nor sends a fallback copy. A
-/// failure that provably stored nothing keeps its text and retry flag, so
-/// Hermes may send it again safely; so does a turn-less media send.
+/// hermes-host.md §8.4: a retry of a turn-less send is a new invocation
+/// under new ids, so an ambiguous failure (a 5xx after Canon stored it, a
+/// reset, a read timeout), which the transport reports as retryable with its
+/// own text, is answered as "timed out" and not retryable; Hermes then
+/// neither retries it nor sends a fallback copy. A failure that provably
+/// stored nothing keeps its text and retry flag, so Hermes may send it again
+/// safely; so does a turn-less media send.
 #[test]
 fn turnless_ambiguous_failure_says_timed_out_and_is_not_retryable() {
     let failure = |op: u64, class: FailureClass, error: &str| Input::DeliveryOutcome {

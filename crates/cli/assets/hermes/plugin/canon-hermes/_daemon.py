@@ -222,9 +222,9 @@ def settle(fut, frame):
 
 # ----- the child -----
 
-# What the daemon may see of the gateway's environment (reliability review L8): its own settings
-# (CANON_*, HERMES_*), logging, TLS roots, locale and the basics of a process. Everything else —
-# the model providers' keys above all — stays with the gateway.
+# What the daemon may see of the gateway's environment: its own settings (CANON_*, HERMES_*),
+# logging, TLS roots, locale and the basics of a process. Everything else — the model providers'
+# keys above all — stays with the gateway.
 ENV_PREFIXES = ("CANON_", "HERMES_", "RUST_", "SSL_CERT_", "LC_", "XDG_")
 ENV_NAMES = frozenset(("HOME", "PATH", "USER", "LOGNAME", "LANG", "TMPDIR", "TZ"))
 
@@ -459,7 +459,7 @@ class Daemon:
         self._reap()
 
     def _reap(self):
-        """Waits for the exited (or killed) child, so no zombie is left (reliability review L8)."""
+        """Waits for the exited (or killed) child, so no zombie is left."""
         try:
             self.proc.wait(KILL_WAIT)
         except (subprocess.TimeoutExpired, OSError):
