@@ -321,6 +321,79 @@ mod tests {
         assert!(problems.is_empty(), "{}", problems.join("\n\n"));
     }
 
+    /// Comments stand on their own for a maintainer with only this repository: they say the
+    /// rule, or cite a document of the repository by file name, never a tracker's issue number
+    /// or a review's finding id (neither travels with the code).
+    #[test]
+    fn comments_cite_no_issue_number_or_review_finding() {
+        let root = crate::project_root();
+        let mut found = Vec::new();
+        for dir in ["crates", "xtask"] {
+            walk(&root.join(dir), &mut |path| {
+                let python = match path.extension().and_then(|e| e.to_str()) {
+                    Some("rs") => false,
+                    Some("py") => true,
+                    _ => return,
+                };
+                let relative = path.strip_prefix(&root).unwrap_or(path);
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                for (line, comment) in comment_text(&text, python) {
+                    if cites_a_tracker(&comment) {
+                        found.push(format!("{}:{line}: {}", relative.display(), comment.trim()));
+                    }
+                }
+            });
+        }
+        assert!(
+            found.is_empty(),
+            "{} comment lines cite an issue number or a review finding id; say the rule or the \
+             behaviour instead (or cite a document of the repository by file name):\n{}",
+            found.len(),
+            found.join("\n")
+        );
+    }
+
+    /// Whether comment text cites an issue by number (the word, then a number, with or without
+    /// `#`) or a review finding by id (the word review, then H, M, L or N and a number).
+    fn cites_a_tracker(comment: &str) -> bool {
+        let lower = comment.to_lowercase();
+        let after = |word: &str| -> Vec<String> {
+            lower
+                .match_indices(word)
+                .map(|(at, _)| lower[at + word.len()..].trim_start_matches('#').to_owned())
+                .collect()
+        };
+        let issue = after("issue ")
+            .iter()
+            .any(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+        let review = after("review ").iter().any(|rest| {
+            let mut chars = rest.chars();
+            matches!(chars.next(), Some('h' | 'm' | 'l' | 'n'))
+                && chars.next().is_some_and(|c| c.is_ascii_digit())
+        });
+        issue || review
+    }
+
+    #[test]
+    fn tracker_citations_are_recognised_in_comment_text() {
+        for cited in [
+            "see issue 16",
+            "Issue #42 found it",
+            "(reliability review M4)",
+            "review L11: private",
+        ] {
+            assert!(cites_a_tracker(cited), "{cited}");
+        }
+        for clean in [
+            "the issue is the lock",
+            "review the cards",
+            "turns.md §7.3 E12",
+            "a review of H2 frames",
+        ] {
+            assert!(!cites_a_tracker(clean), "{clean}");
+        }
+    }
+
     #[test]
     fn citation_scanner_reads_comments_only() {
         let rust = "fn f<T1>(x: T1) -> &'static str { \"// §7.4 E12\" }\n\
