@@ -1042,3 +1042,72 @@ fn the_answer_of_a_resume_replies_to_its_interrupted_turns_message() {
         .expect("the final goes out");
     assert!(delivery.contains("reply_to: Some(\"m-7\")"), "{delivery}");
 }
+
+/// Hermes dequeues a follow-up before the running answer's final is stored. The journal keeps
+/// both turns open until that final is stored: a daemon and gateway killed in between leave
+/// the first message open for Hermes' resume, instead of it counting as answered.
+#[test]
+fn a_follow_up_dequeued_before_the_running_final_is_stored_keeps_both_turns_open() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let (request, first_ref) = handed_over(&daemon.handle_effects(frame("e-1", "m-1", "one")));
+    let _ = daemon.handle_effects(answer(&request));
+    let _ = daemon.handle_effects(turn_start_for("t1", &first_ref, "c1", "m-1", false));
+    let ctx = json!({"platform": "canon", "session_key": session_key("c1"), "chat_id": "c1"});
+    let send = |id: &str, reply_to: &str, text: &str| {
+        SessionInput::Line(
+            protocol::encode_request(
+                id,
+                "adapter.send",
+                json!({"chat_id": "c1", "content": text, "reply_to": reply_to,
+                       "metadata": {"notify": true}, "ctx": ctx}),
+            )
+            .into_bytes(),
+        )
+    };
+    let _ = daemon.handle_effects(send("s1", "m-1", "First answer."));
+    let (request, second_ref) = handed_over(&daemon.handle_effects(frame("e-2", "m-2", "two")));
+    let _ = daemon.handle_effects(answer_queued(&request, "c1"));
+    let accepted = SessionInput::Line(
+        protocol::encode_request(
+            "t2",
+            "turn.accepted",
+            json!({"event_ref": second_ref, "session_key": session_key("c1"),
+                   "phase": "queue_dequeue",
+                   "event": {"chat_id": "c1", "chat_type": "dm", "user_id": "u1",
+                             "message_id": "m-2"}}),
+        )
+        .into_bytes(),
+    );
+    let dequeued = records(&daemon.handle_effects(accepted));
+    assert!(
+        dequeued.contains(&Record::TurnOpened {
+            session_key: session_key("c1"),
+            conversation_id: "c1".into(),
+            message_ids: vec!["m-1".into(), "m-2".into()],
+        }),
+        "m-1's answer is not stored yet: {dequeued:?}"
+    );
+    // The follow-up's first output closes the first turn with its answer; once it is stored,
+    // only the follow-up's turn stays open.
+    let boundary = daemon.handle_effects(send("s2", "m-2", "Second answer."));
+    let op = boundary
+        .iter()
+        .find_map(|e| match e {
+            SessionEffect::Canon(Effect::Deliver(d)) => Some(d.op),
+            _ => None,
+        })
+        .expect("the first final goes out");
+    let stored = daemon.handle_effects(SessionInput::Delivered {
+        op,
+        result: Ok(Some("m-9".to_owned())),
+    });
+    assert_eq!(
+        records(&stored),
+        vec![Record::TurnOpened {
+            session_key: session_key("c1"),
+            conversation_id: "c1".into(),
+            message_ids: vec!["m-2".into()],
+        }]
+    );
+}
