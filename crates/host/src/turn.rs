@@ -2067,7 +2067,11 @@ impl Turn {
         hermes_metadata: &Map<String, Value>,
     ) {
         let mut candidate = self.candidate.take().unwrap_or_default();
-        if candidate.finalized && candidate.text != content && (!finalized || append_final) {
+        // A whole send of the finished segment's text again (Hermes re-sends an answer whose
+        // streamed delivery it could not confirm, without the stream's leading blank lines)
+        // replaces that segment; only a different text is a new segment.
+        let same_text = candidate.text.trim() == content.trim();
+        if candidate.finalized && !same_text && (!finalized || append_final) {
             let sealed = std::mem::take(&mut candidate.text);
             candidate.sealed_parts.push(sealed);
         }

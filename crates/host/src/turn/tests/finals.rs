@@ -213,6 +213,31 @@ fn staging_rules() {
     ]);
 }
 
+/// Hermes re-sends an answer whose streamed delivery it could not confirm (a preview write
+/// over its budget) as a whole send, without the stream's leading blank lines: the final
+/// carries the answer once.
+#[test]
+fn a_resend_of_the_streamed_answer_is_not_a_second_segment() {
+    let mut machine = TurnMachine::new(TurnConfig::default());
+    machine.handle(start(1, "m1", 1), 0);
+    machine.handle(edit(2, "\n\nApproval asked, waiting.", true), 1);
+    machine.handle(
+        send_with(
+            3,
+            Some(S1),
+            "Approval asked, waiting.",
+            json!({"notify": true}),
+        ),
+        2,
+    );
+    let effects = machine.handle(complete(4, Outcome::Success), 3);
+    let Some(Effect::Deliver(delivery)) = effects.first() else {
+        panic!("expected a delivery: {effects:?}");
+    };
+    let texts: Vec<&str> = delivery.parts.iter().map(|p| p.text.as_str()).collect();
+    assert_eq!(texts, ["Approval asked, waiting."]);
+}
+
 /// canon-wire.md §6.5 and Q10: gateway metadata travels as scalar
 /// `metadata.hermes`, and is dropped before the trail when the metadata
 /// would exceed 4,096 UTF-16 units.
