@@ -87,12 +87,9 @@ pub(crate) struct InboxState {
     inherited: HashMap<String, (String, Vec<String>)>,
     /// Inherited turns a message-less turn took as Hermes' resume, until that turn closes.
     resuming: HashMap<String, (String, Vec<String>)>,
-    /// The turns the journal holds open for each session of this daemon: the conversation,
-    /// and each turn's Canon messages (the one that started it first), from its start until
-    /// its final is stored or the session's turn completes. A follow-up Hermes dequeued starts
-    /// before the running answer's final is stored, so a session can hold two; the journal's
-    /// `TurnOpened` record names the messages of all of them.
-    open: HashMap<String, (String, Vec<Vec<String>>)>,
+    /// The turn the journal holds open for each session of this daemon (its Canon messages,
+    /// the one that started it first), from its `TurnOpened` record until its `TurnClosed`.
+    open: HashMap<String, Vec<String>>,
     /// The Canon turns this daemon told Canon were open and has not yet closed (each gets one
     /// `RuntimeTurnOpened` record).
     told_open: HashSet<String>,
@@ -106,7 +103,7 @@ impl InboxState {
     /// this daemon, or one a predecessor left open.
     fn in_open_turn(&self, message_id: &str) -> bool {
         let named = |ids: &Vec<String>| ids.iter().any(|id| id == message_id);
-        self.open.values().any(|(_, turns)| turns.iter().any(named))
+        self.open.values().any(named)
             || self.inherited.values().any(|(_, ids)| named(ids))
             || self.resuming.values().any(|(_, ids)| named(ids))
     }
@@ -275,16 +272,9 @@ impl Session {
         let mut message_ids: Vec<String> = start.message_id.iter().cloned().collect();
         message_ids.extend(start.absorbed_message_ids.iter().cloned());
         if !message_ids.is_empty() {
-            let (_, turns) = self
-                .inbox
+            self.inbox
                 .open
-                .entry(start.session_key.clone())
-                .or_insert_with(|| (start.conversation_id.clone(), Vec::new()));
-            // A turn of the same messages again (the second pass of Hermes' resume) replaces its
-            // entry; an earlier turn whose final is not stored yet stays open beside this one.
-            turns.retain(|ids| !ids.iter().any(|id| message_ids.contains(id)));
-            turns.push(message_ids.clone());
-            let all_open = open_ids(turns);
+                .insert(start.session_key.clone(), message_ids.clone());
             // A message a turn started with is handed over, even while the shim's answer to its
             // hand-over is still on its way (Hermes can start the turn first): a daemon killed
             // before that answer must not have its successor hand the message over again.
@@ -295,7 +285,7 @@ impl Session {
             records.push(Record::TurnOpened {
                 session_key: start.session_key.clone(),
                 conversation_id: start.conversation_id.clone(),
-                message_ids: all_open,
+                message_ids,
             });
             effects.push(SessionEffect::Inbox(records));
         }
@@ -449,35 +439,26 @@ impl Session {
         }
     }
 
-    /// A turn's final is stored in Canon. When it is the answer to a turn the journal holds
+    /// A turn's final is stored in Canon. When it is the answer to the turn the journal holds
     /// open for the session (the turn started with `trigger_message_id`), that turn is closed
     /// there: a turn the gateway's stop closed is answered now, and a successor must not hand
-    /// its messages to Hermes' resume as well. A follow-up's turn that started before this
-    /// final was stored stays open.
+    /// its messages to Hermes' resume as well.
     pub(super) fn inbox_final_stored(
         &mut self,
         session_key: &str,
         trigger_message_id: Option<String>,
     ) -> Vec<SessionEffect> {
-        let Some(trigger) = trigger_message_id else {
+        let answers_open = trigger_message_id.is_some_and(|trigger| {
+            self.inbox
+                .open
+                .get(session_key)
+                .is_some_and(|ids| ids.first() == Some(&trigger))
+        });
+        if !answers_open {
             return Vec::new();
-        };
-        let Some((conversation, turns)) = self.inbox.open.get_mut(session_key) else {
-            return Vec::new();
-        };
-        let Some(answered) = turns.iter().position(|ids| ids.first() == Some(&trigger)) else {
-            return Vec::new();
-        };
-        turns.remove(answered);
-        tracing::debug!(session_key, "inbox: an open turn's final is stored");
-        if !turns.is_empty() {
-            return vec![SessionEffect::Inbox(vec![Record::TurnOpened {
-                session_key: session_key.to_owned(),
-                conversation_id: conversation.clone(),
-                message_ids: open_ids(turns),
-            }])];
         }
         self.inbox.open.remove(session_key);
+        tracing::debug!(session_key, "inbox: the open turn's final is stored");
         vec![SessionEffect::Inbox(vec![Record::TurnClosed {
             session_key: session_key.to_owned(),
         }])]
@@ -529,10 +510,8 @@ impl Session {
     pub(super) fn inbox_resynced<'a>(&mut self, sessions: impl Iterator<Item = &'a str>) {
         for session in sessions {
             // The journal still holds the turn open, and this daemon now runs it.
-            if let Some((conversation, ids)) = self.inbox.inherited.remove(session) {
-                self.inbox
-                    .open
-                    .insert(session.to_owned(), (conversation, vec![ids]));
+            if let Some((_, ids)) = self.inbox.inherited.remove(session) {
+                self.inbox.open.insert(session.to_owned(), ids);
             }
             self.inbox.resuming.remove(session);
         }
@@ -800,17 +779,6 @@ impl Session {
             }
         }
     }
-}
-
-/// The messages of a session's open turns, each once, in the order the turns started.
-fn open_ids(turns: &[Vec<String>]) -> Vec<String> {
-    let mut all: Vec<String> = Vec::new();
-    for id in turns.iter().flatten() {
-        if !all.contains(id) {
-            all.push(id.clone());
-        }
-    }
-    all
 }
 
 fn push_records(effects: &mut Vec<SessionEffect>, records: Vec<Record>) {
