@@ -37,6 +37,17 @@
 //! Also counted: messages sent, `turn_complete` messages stored and Canon turns closed (one
 //! answer and one closed turn per message is canon-hermes' contract).
 //!
+//! **Canon round trips.** Canon is in the cloud; here it is on loopback. Each scenario runs
+//! at every Canon round trip of `TURN_FLOOR_LATENCIES` (ms, default `0,20,50,100`): canon-sim
+//! holds every REST answer that long, half before it processes the request (the way in) and
+//! half after (the way back). A write is stored, and a live text shown, half a round trip
+//! after it was sent, so at a round trip `L` the figures above count that half. From the runs
+//! at `L` and at 0 the bench derives how many Canon round trips each runtime's write waited
+//! behind, in series, after Hermes' own call: (what the runtime adds at `L` − what it adds at
+//! 0 − `L`/2) / `L`, medians, for the hook → `turn_complete` path (the final waits behind the
+//! turn's earlier writes) and the first stream call → first text path (the follow-up's first
+//! text in the back-to-back scenario). 0 is the floor: the write went out at once.
+//!
 //! `cargo bench -p canon-hermes --bench turn_floor` measures canon-hermes alone, or both when
 //! `TURN_FLOOR_REFERENCE_PYTHON` names the reference venv's Python (the script sets it). It
 //! needs the Hermes venv of `scripts/hermes-venv.sh` (`HERMES_VENV` as in the tests); without
@@ -230,6 +241,21 @@ struct Run {
     timeline: Vec<(i64, String)>,
 }
 
+/// The Canon round trips to measure at, in ms: `TURN_FLOOR_LATENCIES` (comma-separated), or
+/// 0, 20, 50 and 100.
+fn latencies() -> Vec<u64> {
+    let chosen: Vec<u64> = std::env::var("TURN_FLOOR_LATENCIES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    if chosen.is_empty() {
+        vec![0, 20, 50, 100]
+    } else {
+        chosen
+    }
+}
+
 /// A gateway, its simulator and model, and the probe's file.
 struct Bench {
     sim: SimHandle,
@@ -375,8 +401,10 @@ impl Bench {
             .expect("inject");
     }
 
-    /// Runs `scenario` once and reads its figures.
-    async fn run(&mut self, scenario: Scenario) -> Run {
+    /// Runs `scenario` once with every Canon REST answer held `latency_ms` (a round trip) and
+    /// reads its figures.
+    async fn run(&mut self, scenario: Scenario, latency_ms: u64) -> Run {
+        self.sim.set_switches(|s| s.rest_latency_ms = latency_ms);
         let conversation = self.conversation(scenario);
         let tag = format!("{} run {}", scenario.token(), self.next);
         let requests_before = self.model.requests().len();
@@ -427,8 +455,8 @@ impl Bench {
             })
             .await;
         // Late writes of the turn (a clear after its final) land before the next scenario.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        self.figures(scenario, &conversation, requests_before, turns)
+        tokio::time::sleep(Duration::from_millis(1500 + 4 * latency_ms)).await;
+        self.figures(scenario, &conversation, requests_before, turns, latency_ms)
     }
 
     /// When the model request answering `scenario`'s (last) message arrived: the last
@@ -459,12 +487,16 @@ impl Bench {
         conversation: &str,
         requests_before: usize,
         turns: usize,
+        latency_ms: u64,
     ) -> Run {
         let answering = self.answering_request(scenario, requests_before);
         let Some(origin) = answering else {
             return Run::default();
         };
         let since = |at: u64| at.checked_sub(origin);
+        // The simulator stamps a request when it arrives on loopback, which is when it was
+        // sent; Canon has it (stores it, shows it) half a round trip later.
+        let reached = |at: u64| at + latency_ms * 500;
         let journal = self.sim.journal(0, None);
         let mine: Vec<_> = journal
             .iter()
@@ -480,7 +512,7 @@ impl Bench {
         let complete = mine
             .iter()
             .filter(is_complete)
-            .map(|e| e.arrived_unix_us)
+            .map(|e| reached(e.arrived_unix_us))
             .max()
             .and_then(since);
         let first_text = mine
@@ -492,7 +524,7 @@ impl Bench {
                         .as_str()
                         .is_some_and(|t| !t.trim().is_empty())
             })
-            .map(|e| e.arrived_unix_us)
+            .map(|e| reached(e.arrived_unix_us))
             .min()
             .and_then(since);
         let all_calls: Vec<ProbeCall> = probe_calls(&self.probe)
@@ -656,19 +688,22 @@ fn ms(v: Option<f64>) -> String {
 
 type Figures = BTreeMap<&'static str, Vec<Run>>;
 
+/// A runtime's figures at each Canon round trip (ms).
+type ByLatency = BTreeMap<u64, Figures>;
+
 /// One figure of a run (a moment, in µs from the answering model request).
 type Figure = fn(&Run) -> Option<u64>;
 
 /// Runs every scenario `repeat` times on each runtime's gateway. Both gateways run side by side
 /// and take turns scenario by scenario, so a slow spell of the machine (Hermes' own time moves
 /// by tens of milliseconds from minute to minute on two cores) falls on both alike.
-async fn measure(runtimes: &[Runtime], repeat: usize) -> Vec<Figures> {
+async fn measure(runtimes: &[Runtime], repeat: usize, latencies: &[u64]) -> Vec<ByLatency> {
     let mut benches = Vec::new();
     for runtime in runtimes {
         eprintln!("turn_floor: starting the {} gateway", runtime.label());
         benches.push(start(runtime).await);
     }
-    let mut out: Vec<Figures> = runtimes.iter().map(|_| Figures::new()).collect();
+    let mut out: Vec<ByLatency> = runtimes.iter().map(|_| ByLatency::new()).collect();
     // TURN_FLOOR_SCENARIOS=FLOORTOOL,FLOORPAIR runs only the scenarios whose tokens it names.
     let only = std::env::var("TURN_FLOOR_SCENARIOS").unwrap_or_default();
     let chosen: Vec<Scenario> = SCENARIOS
@@ -676,18 +711,23 @@ async fn measure(runtimes: &[Runtime], repeat: usize) -> Vec<Figures> {
         .filter(|s| only.is_empty() || only.split(',').any(|t| t.trim() == s.token()))
         .collect();
     for round in 0..repeat {
-        for &scenario in &chosen {
-            for ((runtime, bench), figures) in runtimes.iter().zip(&mut benches).zip(&mut out) {
+        for (&scenario, &latency) in chosen
+            .iter()
+            .flat_map(|s| latencies.iter().map(move |l| (s, l)))
+        {
+            for ((runtime, bench), by_latency) in runtimes.iter().zip(&mut benches).zip(&mut out) {
                 eprintln!(
-                    "turn_floor: {} {} ({}/{repeat})",
+                    "turn_floor: {} {} at {latency} ms ({}/{repeat})",
                     runtime.label(),
                     scenario.name(),
                     round + 1
                 );
-                let run = bench.run(scenario).await;
+                let figures = by_latency.entry(latency).or_default();
+                let run = bench.run(scenario, latency).await;
                 if let Some(path) = std::env::var_os("TURN_FLOOR_RAW") {
                     let line = json!({
                         "runtime": runtime.label(), "scenario": scenario.name(), "round": round,
+                        "latency_ms": latency,
                         "complete": run.complete, "hook": run.hook, "last_edit": run.last_edit,
                         "first_text": run.first_text, "first_call": run.first_call,
                         "first_delta": run.first_delta,
@@ -731,10 +771,111 @@ fn main() {
         .expect("a tokio runtime");
     let mut runtimes = vec![Runtime::Ours];
     runtimes.extend(reference.map(Runtime::Reference));
-    let mut figures = runtime.block_on(measure(&runtimes, repeat)).into_iter();
+    let latencies = latencies();
+    let mut figures = runtime
+        .block_on(measure(&runtimes, repeat, &latencies))
+        .into_iter();
     let ours = figures.next().unwrap_or_default();
     let theirs = figures.next();
-    print_table(&ours, theirs.as_ref(), repeat);
+    let empty = Figures::new();
+    for latency in &latencies {
+        println!();
+        println!("==== Canon round trip {latency} ms ====");
+        print_table(
+            ours.get(latency).unwrap_or(&empty),
+            theirs.as_ref().map(|t| t.get(latency).unwrap_or(&empty)),
+            repeat,
+        );
+    }
+    print_round_trips(&ours, theirs.as_ref(), &latencies);
+}
+
+/// The Canon round trips each runtime's write waited behind, in series, after Hermes' call, at
+/// each round trip above 0 (see the module's documentation).
+fn print_round_trips(ours: &ByLatency, theirs: Option<&ByLatency>, latencies: &[u64]) {
+    if !ours.contains_key(&0) {
+        println!();
+        println!("round trips: not derived (TURN_FLOOR_LATENCIES has no 0)");
+        return;
+    }
+    println!();
+    println!(
+        "Canon round trips in series on each path (medians; 0 = no Canon round trip on it): \
+         Hermes' wait for the adapter's answer to a send or edit, the whole path from the model's \
+         answer, and what the runtime adds after Hermes' own call"
+    );
+    println!(
+        "{:<20} {:<32} {:>8} {:>12} | {:>10}",
+        "scenario", "path", "trip ms", "canon-hermes", "reference"
+    );
+    let added = |figures: Option<&Figures>, name: &str, late: Figure, early: Figure| {
+        let runs = figures.and_then(|f| f.get(name))?;
+        median(
+            runs.iter()
+                .map(|r| late(r).zip(early(r)).map(|(l, e)| l.saturating_sub(e))),
+        )
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let trips = |by: Option<&ByLatency>, name: &str, latency: u64, late: Figure, early: Figure| {
+        let at = added(by.and_then(|b| b.get(&latency)), name, late, early)?;
+        let base = added(by.and_then(|b| b.get(&0)), name, late, early)?;
+        let l = latency as f64;
+        Some((at - base - l / 2.0) / l)
+    };
+    let shown = |v: Option<f64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.1}"));
+    for scenario in SCENARIOS {
+        let name = scenario.name();
+        let mut paths: Vec<(&str, Figure, Figure)> = vec![
+            ("model → turn_complete stored", |r| r.complete, |_| Some(0)),
+            ("hook → turn_complete stored", |r| r.complete, |r| r.hook),
+        ];
+        if scenario.streams() {
+            paths.push(("model → first text", |r| r.first_text, |_| Some(0)));
+            paths.push((
+                "first stream call → first text",
+                |r| r.first_text,
+                |r| r.first_call,
+            ));
+        }
+        let mut first = true;
+        // Hermes' stream consumer awaits the adapter's answer to each send and edit: how many
+        // round trips one answer waited for.
+        #[allow(clippy::cast_precision_loss)]
+        let waits = |by: Option<&ByLatency>, latency: u64| {
+            let answer = |l: u64| {
+                let runs = by.and_then(|b| b.get(&l)).and_then(|f| f.get(name))?;
+                median(
+                    runs.iter()
+                        .flat_map(|r| r.answers_us.iter().map(|u| Some(*u))),
+                )
+            };
+            Some((answer(latency)? - answer(0)?) / latency as f64)
+        };
+        for &latency in latencies.iter().filter(|l| **l > 0) {
+            println!(
+                "{:<20} {:<32} {:>8} {:>12} | {:>10}",
+                if first { name } else { "" },
+                "Hermes' wait per send or edit",
+                latency,
+                shown(waits(Some(ours), latency)),
+                shown(waits(theirs, latency)),
+            );
+            first = false;
+        }
+        for (path, late, early) in paths {
+            for &latency in latencies.iter().filter(|l| **l > 0) {
+                println!(
+                    "{:<20} {:<32} {:>8} {:>12} | {:>10}",
+                    if first { name } else { "" },
+                    path,
+                    latency,
+                    shown(trips(Some(ours), name, latency, late, early)),
+                    shown(trips(theirs, name, latency, late, early)),
+                );
+                first = false;
+            }
+        }
+    }
 }
 
 fn print_table(
