@@ -210,24 +210,7 @@ impl Journal {
     /// Rewrites the journal as its live state.
     fn compact(&mut self) -> Result<(), InboxError> {
         let text = format::snapshot(&self.scope, &self.state);
-        let temp = self
-            .path
-            .with_extension(format!("jsonl.{}.tmp", std::process::id()));
-        let _ = fs::remove_file(&temp);
-        let written = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&temp)
-            .and_then(|mut out| {
-                out.write_all(text.as_bytes())?;
-                out.sync_all()
-            })
-            .and_then(|()| fs::rename(&temp, &self.path))
-            .and_then(|()| match self.path.parent() {
-                Some(dir) => File::open(dir).and_then(|d| d.sync_all()),
-                None => Ok(()),
-            })
+        let written = replace_file(&self.path, "jsonl", text.as_bytes())
             .and_then(|()| OpenOptions::new().read(true).append(true).open(&self.path));
         match written {
             Ok(file) => {
@@ -237,7 +220,6 @@ impl Journal {
                 Ok(())
             }
             Err(e) => {
-                let _ = fs::remove_file(&temp);
                 self.rewrite_pending = true;
                 Err(self.write_error(e))
             }
@@ -245,9 +227,35 @@ impl Journal {
     }
 }
 
+/// Replaces `path` with `bytes` atomically: a private temp file beside it (named from
+/// `extension` and this process), `fsync`, rename over `path`, `fsync` of the directory. On a
+/// failure the temp file is removed; one before the rename leaves `path` as it was.
+fn replace_file(path: &Path, extension: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let temp = path.with_extension(format!("{extension}.{}.tmp", std::process::id()));
+    let _ = fs::remove_file(&temp);
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(&temp)
+        .and_then(|mut out| {
+            out.write_all(bytes)?;
+            out.sync_all()
+        })
+        .and_then(|()| fs::rename(&temp, path))
+        .and_then(|()| match path.parent() {
+            Some(dir) => File::open(dir).and_then(|d| d.sync_all()),
+            None => Ok(()),
+        });
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written
+}
+
 /// Records one stream gap (`last`, as the session describes it) in `home`'s gap record of
-/// `scope` (`canon_inbox::gaps`), counting on top of what the file held: temp file, `fsync`,
-/// rename. A record it cannot read is started again; a failure is logged, never fatal (the
+/// `scope` (`canon_inbox::gaps`), counting on top of what the file held, replacing the file
+/// atomically. A record it cannot read is started again; a failure is logged, never fatal (the
 /// gap was logged at WARN already). Blocking: call it off the daemon's loop.
 pub(crate) fn record_gap(
     home: &Path,
@@ -262,20 +270,7 @@ pub(crate) fn record_gap(
         .and_then(|_| fs::read_to_string(&path).ok())
         .and_then(|text| GapRecord::parse(&text).ok());
     let record = GapRecord::next(previous.as_ref(), last);
-    let temp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    let _ = fs::remove_file(&temp);
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .open(&temp)
-        .and_then(|mut out| {
-            out.write_all(record.render().as_bytes())?;
-            out.sync_all()
-        })
-        .and_then(|()| fs::rename(&temp, &path));
-    if let Err(error) = written {
-        let _ = fs::remove_file(&temp);
+    if let Err(error) = replace_file(&path, "json", record.render().as_bytes()) {
         tracing::warn!(path = %path.display(), %error, "the stream gap could not be recorded");
     }
 }
