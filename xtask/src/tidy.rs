@@ -267,32 +267,18 @@ mod tests {
         );
         let mut bare = Vec::new();
         let mut unknown = Vec::new();
-        for dir in ["crates", "xtask"] {
-            walk(&root.join(dir), &mut |path| {
-                let relative = path.strip_prefix(&root).unwrap_or(path);
-                let shown = relative.display().to_string().replace('\\', "/");
-                let python = match path.extension().and_then(|e| e.to_str()) {
-                    Some("rs") => false,
-                    Some("py") => true,
-                    _ => return,
-                };
-                let text = std::fs::read_to_string(path).unwrap_or_default();
-                let source: Vec<&str> = text.lines().collect();
-                for (line, comment) in comment_text(&text, python) {
-                    let quoted = source.get(line - 1).map_or("", |l| l.trim());
-                    let citation = citations(&comment);
-                    let named_before = |at: &usize| citation.files.iter().any(|(f, _)| f < at);
-                    if !citation.cited.iter().all(named_before) {
-                        bare.push(format!("{shown}:{line}: {quoted}"));
-                    }
-                    for (_, file) in &citation.files {
-                        if !known.contains(file) {
-                            unknown.push(format!("{shown}:{line}: {quoted} (no file {file})"));
-                        }
-                    }
+        each_comment_line(&root, &mut |shown, line, quoted, comment| {
+            let citation = citations(comment);
+            let named_before = |at: &usize| citation.files.iter().any(|(f, _)| f < at);
+            if !citation.cited.iter().all(named_before) {
+                bare.push(format!("{shown}:{line}: {quoted}"));
+            }
+            for (_, file) in &citation.files {
+                if !known.contains(file) {
+                    unknown.push(format!("{shown}:{line}: {quoted} (no file {file})"));
                 }
-            });
-        }
+            }
+        });
         let mut problems = Vec::new();
         if !bare.is_empty() {
             problems.push(format!(
@@ -321,13 +307,10 @@ mod tests {
         assert!(problems.is_empty(), "{}", problems.join("\n\n"));
     }
 
-    /// Comments stand on their own for a maintainer with only this repository: they say the
-    /// rule, or cite a document of the repository by file name, never a tracker's issue number
-    /// or a review's finding id (neither travels with the code).
-    #[test]
-    fn comments_cite_no_issue_number_or_review_finding() {
-        let root = crate::project_root();
-        let mut found = Vec::new();
+    /// Calls `each` with every comment line of the Rust and Python sources under `crates/` and
+    /// `xtask/`: the file's path from the root, the line number, the source line trimmed, and
+    /// the line's comment text.
+    fn each_comment_line(root: &Path, each: &mut dyn FnMut(&str, usize, &str, &str)) {
         for dir in ["crates", "xtask"] {
             walk(&root.join(dir), &mut |path| {
                 let python = match path.extension().and_then(|e| e.to_str()) {
@@ -335,15 +318,30 @@ mod tests {
                     Some("py") => true,
                     _ => return,
                 };
-                let relative = path.strip_prefix(&root).unwrap_or(path);
+                let relative = path.strip_prefix(root).unwrap_or(path);
+                let shown = relative.display().to_string().replace('\\', "/");
                 let text = std::fs::read_to_string(path).unwrap_or_default();
+                let source: Vec<&str> = text.lines().collect();
                 for (line, comment) in comment_text(&text, python) {
-                    if cites_a_tracker(&comment) {
-                        found.push(format!("{}:{line}: {}", relative.display(), comment.trim()));
-                    }
+                    let quoted = source.get(line - 1).map_or("", |l| l.trim());
+                    each(&shown, line, quoted, &comment);
                 }
             });
         }
+    }
+
+    /// Comments stand on their own for a maintainer with only this repository: they say the
+    /// rule, or cite a document of the repository by file name, never a tracker's issue number
+    /// or a review's finding id (neither travels with the code).
+    #[test]
+    fn comments_cite_no_issue_number_or_review_finding() {
+        let root = crate::project_root();
+        let mut found = Vec::new();
+        each_comment_line(&root, &mut |shown, line, _, comment| {
+            if cites_a_tracker(comment) {
+                found.push(format!("{shown}:{line}: {}", comment.trim()));
+            }
+        });
         assert!(
             found.is_empty(),
             "{} comment lines cite an issue number or a review finding id; say the rule or the \

@@ -707,10 +707,7 @@ fn a_turn_started_while_the_gateway_stops_settles_nothing_and_keeps_the_cut_off_
         "e-2 is replayed"
     );
     // What the journal holds after these records, as the restarted daemon loads it.
-    let mut loaded = canon_inbox::Loaded::default();
-    for record in &journal {
-        loaded.apply(record);
-    }
+    let loaded = loaded_from(&journal);
     let held: Vec<Vec<String>> = loaded
         .open_turns
         .iter()
@@ -722,6 +719,24 @@ fn a_turn_started_while_the_gateway_stops_settles_nothing_and_keeps_the_cut_off_
         "m-1's turn is still the open one"
     );
     // The restarted daemon: Hermes' resume answers m-1, and the replayed m-2 is handed over.
+    let mut next = successor_of(loaded);
+    let resume = next.handle_effects(turn_start_line("r1", "c1", None));
+    assert_eq!(published_active(&resume), ["m-1"]);
+    let replayed = next.handle_effects(frame("e-2", "m-2", "second"));
+    assert_eq!(inbound_request_ids(&replayed).len(), 1, "m-2 gets its turn");
+}
+
+/// What the journal holds after `journal`'s records, as a restarted daemon loads it.
+fn loaded_from(journal: &[Record]) -> canon_inbox::Loaded {
+    let mut loaded = canon_inbox::Loaded::default();
+    for record in journal {
+        loaded.apply(record);
+    }
+    loaded
+}
+
+/// A connected daemon that resumed from `loaded`, as the successor of a killed one.
+fn successor_of(loaded: canon_inbox::Loaded) -> Daemon {
     let mut next = Daemon::connected();
     next.session.inbox_resume(
         loaded.cursor,
@@ -730,10 +745,7 @@ fn a_turn_started_while_the_gateway_stops_settles_nothing_and_keeps_the_cut_off_
         &loaded.runtime_turns,
     );
     next.connect();
-    let resume = next.handle_effects(turn_start_line("r1", "c1", None));
-    assert_eq!(published_active(&resume), ["m-1"]);
-    let replayed = next.handle_effects(frame("e-2", "m-2", "second"));
-    assert_eq!(inbound_request_ids(&replayed).len(), 1, "m-2 gets its turn");
+    next
 }
 
 /// A decided approval's wake Hermes queued behind a running turn: a gateway stop that discards
@@ -965,18 +977,7 @@ fn a_turn_that_starts_before_the_hand_over_is_answered_records_its_message_handl
         "m-1 is handled before its turn's open record: {journal:?}"
     );
     // The daemon dies here, before the shim's answer. Its successor loads the journal.
-    let mut loaded = canon_inbox::Loaded::default();
-    for record in &journal {
-        loaded.apply(record);
-    }
-    let mut next = Daemon::connected();
-    next.session.inbox_resume(
-        loaded.cursor,
-        loaded.handled,
-        &loaded.open_turns,
-        &loaded.runtime_turns,
-    );
-    next.connect();
+    let mut next = successor_of(loaded_from(&journal));
     let replayed = next.handle_effects(frame("e-1", "m-1", "hello"));
     assert_eq!(
         inbound_request_ids(&replayed),
