@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::config::{
-    CLOSING_PUBLISH_RETRY_DELAYS, DISPOSITION_RETRY_DELAYS, IDLE_LANES, JOURNAL_WAIT,
-    MAX_DISPOSITION_RETRIES, MAX_LANE_WRITES, NO_REPLY_RECORD_BUDGET, PREVIEW_WRITE_BUDGET,
+    DISPOSITION_RETRY_DELAYS, IDLE_LANES, JOURNAL_WAIT, MAX_DISPOSITION_RETRIES, MAX_LANE_WRITES,
+    NO_REPLY_RECORD_BUDGET, PREVIEW_WRITE_BUDGET, TURN_PUBLISH_RETRY_DELAYS,
 };
 use crate::inbox::InboxSink;
 use crate::Config;
@@ -273,13 +273,23 @@ fn write_conversation(effect: &Effect) -> &str {
 }
 
 /// Whether `effect` only refreshes the live preview of a turn (its text, the typing
-/// indicator, a state that is not a closing one): a later write of the same kind replaces it.
+/// indicator, a state that is neither the opening nor a closing one): a later write of the
+/// same kind replaces it.
 fn is_preview(effect: &Effect) -> bool {
     match effect {
         Effect::Streaming(_) | Effect::Typing(_) => true,
-        Effect::PublishTurn(update) => !update.state.is_closing(),
+        Effect::PublishTurn(update) => !is_retried_publish(update),
         _ => false,
     }
+}
+
+/// Whether a turn-state publish is sent until it lands (within its retries): a closing one
+/// (else the conversation shows the agent at work until Canon reads the turn stale), and the
+/// opening one, whose `activeMessageIds` is what ties the turn, and so its answer, to every
+/// message it answers beyond the one its final replies to (the messages a follow-up absorbed,
+/// a cut-off turn's messages that the next turn of its session answers).
+fn is_retried_publish(update: &canon_wire::types::TurnUpdate) -> bool {
+    update.state.is_closing() || update.active_message_ids.is_some()
 }
 
 /// One conversation's lane: its jobs in order, one at a time. A preview write gets
@@ -343,8 +353,15 @@ async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsi
     let (what, result) = match &effect {
         Effect::PublishTurn(update) if update.state.is_closing() => (
             "closing runtime turn",
-            publish_closing(&client, update).await,
+            publish_retried(&client, update).await,
         ),
+        Effect::PublishTurn(update) if is_retried_publish(update) => {
+            let published = publish_retried(&client, update).await;
+            if published.is_ok() {
+                crate::faults::crash_point("turn.published");
+            }
+            ("opening runtime turn", published)
+        }
         Effect::PublishTurn(update) => {
             let published = client.publish_turn(update).await;
             if published.is_ok() {
@@ -419,15 +436,15 @@ async fn write_one(client: CanonClient, effect: Effect, retrying: &Arc<AtomicUsi
     }
 }
 
-/// Publishes a turn's closing state, trying again after each of
-/// [`CLOSING_PUBLISH_RETRY_DELAYS`] while the failure is transient. It runs
-/// inside its conversation's lane, so the next turn's first publish in that
-/// conversation still comes after it.
-async fn publish_closing(
+/// Publishes a turn's opening or closing state, trying again after each of
+/// [`TURN_PUBLISH_RETRY_DELAYS`] while the failure is transient. It runs
+/// inside its conversation's lane, so the writes after it in that conversation
+/// (the turn's previews, the next turn's first publish) still come after it.
+async fn publish_retried(
     client: &CanonClient,
     update: &canon_wire::types::TurnUpdate,
 ) -> Result<(), TransportError> {
-    let mut delays = CLOSING_PUBLISH_RETRY_DELAYS.iter();
+    let mut delays = TURN_PUBLISH_RETRY_DELAYS.iter();
     loop {
         let error = match client.publish_turn(update).await {
             Ok(()) => return Ok(()),
@@ -436,7 +453,7 @@ async fn publish_closing(
         match delays.next() {
             // The state is an idempotent upsert: any transient failure may be retried.
             Some(delay) if canon_wire::retry::is_retryable_idempotent_write(error.kind()) => {
-                tracing::debug!(%error, "closing runtime turn publish failed; retrying");
+                tracing::debug!(%error, "runtime turn publish failed; retrying");
                 tokio::time::sleep(*delay).await;
             }
             _ => return Err(error),

@@ -53,14 +53,15 @@ pub(crate) const MAX_LOOP_INTERVAL: Duration = Duration::from_secs(3_600);
 /// How often `CANON_HERMES_PARENT_PID` is checked (hermes-host.md §19.3).
 pub const PARENT_CHECK: Duration = Duration::from_secs(5);
 
-/// Sleeps before the second and third attempt of a turn's closing publish
-/// (`completed` or `interrupted` on `POST /runtime/turn`), the same pace as a
-/// durable send's retries (turns.md §4.5). Other publishes stay best effort
-/// (turns.md §7.2: a failed publish is logged and ignored); a lost closing
-/// one would leave the conversation showing the agent at work until Canon
-/// reads the turn as stale (30 min), and the state is an idempotent upsert,
+/// Sleeps before the second and third attempt of a turn's opening publish (`thinking` with
+/// `activeMessageIds`) and of its closing one (`completed` or `interrupted` on
+/// `POST /runtime/turn`), the same pace as a durable send's retries (turns.md §4.5). The other
+/// publishes stay best effort (turns.md §7.2: a failed publish is logged and ignored; the next
+/// state replaces it). A lost closing one would leave the conversation showing the agent at work
+/// until Canon reads the turn as stale (30 min); a lost opening one leaves the messages the turn
+/// answers beyond its final's `replyTo` looking unanswered. The state is an idempotent upsert,
 /// so sending it again after an ambiguous failure is harmless.
-pub const CLOSING_PUBLISH_RETRY_DELAYS: [Duration; 2] =
+pub const TURN_PUBLISH_RETRY_DELAYS: [Duration; 2] =
     [Duration::from_millis(400), Duration::from_millis(800)];
 
 /// Sleeps before the retries of a failed disposition release

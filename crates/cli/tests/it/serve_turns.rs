@@ -386,6 +386,53 @@ async fn a_refused_closing_publish_is_sent_again_until_canon_takes_it() {
     assert_eq!(shim.close().await, Some(0));
 }
 
+/// A turn's opening publish carries `activeMessageIds`, what ties the turn's answer to every
+/// message it answers beyond the one its final replies to (a message a follow-up absorbed, a
+/// cut-off turn's message that the next turn of its session answers): a refused one is sent
+/// again, ahead of the turn's later writes in its conversation.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_opening_publish_is_sent_again_until_canon_takes_it() {
+    let sim = sim().await;
+    let mut shim = Shim::spawn(&sim);
+    shim.connect(&sim).await;
+    // The next publish, the opening `thinking`, is refused once.
+    let mut fault = status_fault("POST", "/runtime/turn", 503);
+    fault.matcher.nth = Some(vec![1]);
+    sim.add_fault(fault).expect("fault installed");
+    let (event_ref, turn_id) = open_turn(&mut shim, &sim, "open me").await;
+    stage_final(&mut shim, &turn_id, "Opened properly.").await;
+    complete_turn(&mut shim, &event_ref).await;
+
+    let publishes: Vec<(u16, Value, Value)> = sim
+        .journal(0, Some("/runtime/turn"))
+        .iter()
+        .filter(|e| e.body["turnId"] == turn_id.as_str())
+        .map(|e| {
+            (
+                e.status,
+                e.body["state"].clone(),
+                e.body["activeMessageIds"].clone(),
+            )
+        })
+        .collect();
+    let opening: Vec<u16> = publishes
+        .iter()
+        .filter(|(_, _, active)| active.is_array())
+        .map(|(status, _, _)| *status)
+        .collect();
+    assert_eq!(opening, vec![503, 200], "{publishes:?}");
+    let first_landed = publishes
+        .iter()
+        .find(|(status, _, _)| *status == 200)
+        .map(|(_, state, active)| (state.clone(), active.is_array()));
+    assert_eq!(
+        first_landed,
+        Some((json!("thinking"), true)),
+        "no later state of the turn lands before its opening one: {publishes:?}"
+    );
+    assert_eq!(shim.close().await, Some(0));
+}
+
 /// The `typing` flag of every `POST /typing` the daemon made, in order.
 fn typing_writes(sim: &SimHandle) -> Vec<Value> {
     journal(sim, "/typing")
