@@ -559,6 +559,169 @@ asyncio.run(main())
     );
 }
 
+/// Found by the fault harness. The gateway's stop can begin while the shim hands a message to
+/// Hermes (the shim's media cache yields to the loop first): the stopping runner answers a busy
+/// session's message "not accepting another turn" and drops it, and a free session's cycle
+/// answers "not accepting new work" instead of running it. Either way Hermes never runs the
+/// message, so the shim refuses the hand-over (retryable) and the restarted gateway gets it.
+/// Before, the hand-over was answered as accepted, and the message was recorded handled.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_handed_over_as_the_stop_begins_is_handed_over_after_the_restart() {
+    let sim = sim().await;
+    let code = r#"
+TEXT = 'arrives as the gateway stops'
+
+async def until(check):
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+async def main():
+    handed = []
+    runner = type('Runner', (), {})()
+    runner._draining = False
+    a = await connected()
+    a._runner = runner
+    async def stop_begins(event):  # the stop begins; the busy runner drops the message
+        handed.append(['dropped', event.text])
+        runner._draining = True
+    a.handle_message = stop_begins
+    await listening()
+    SIM('messages', {'conversationId': CHAT, 'text': TEXT})
+    await until(lambda: handed)
+    from shim import _adapter
+    remembered = len(_adapter.INBOUND_SEEN)
+    await a.disconnect()
+    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process
+    b = cls(PlatformConfig(enabled=True))
+    async def restarted(event):
+        handed.append(['restarted', event.text])
+    b.handle_message = restarted
+    assert await b.connect(), b.fatal_error_message
+    await until(lambda: len(handed) > 1)
+    await b.disconnect()
+    print(json.dumps({'handed': handed, 'remembered': remembered}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"handed": [["dropped", "arrives as the gateway stops"],
+                                       ["restarted", "arrives as the gateway stops"]],
+                            "remembered": 0})
+        ],
+        "{out}"
+    );
+}
+
+/// A free session's message runs in a processing cycle Hermes spawns and starts a moment
+/// later; a stop that begins in between answers it "not accepting new work" instead of running
+/// it. The shim answers such a hand-over as queued, so the message settles only when its turn
+/// starts; its cycle's start while the gateway stops leaves it unsettled, and the restarted
+/// gateway gets it. A cycle that starts before the stop settles it once (the third message).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_free_sessions_message_whose_cycle_starts_after_the_stop_is_handed_over_again() {
+    let sim = sim().await;
+    let code = r#"
+async def until(check):
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+async def main():
+    handed, cycles = [], []
+    runner = type('Runner', (), {})()
+    runner._draining = False
+    a = await connected()
+    a._runner = runner
+    async def spawn_cycle(event):  # Hermes marks the session busy and spawns its cycle
+        handed.append(['first', event.text])
+        key = a._key(event.source)
+        cycle = asyncio.get_running_loop().create_future()
+        a._session_tasks[key] = cycle
+        cycles.append((event, key, cycle))
+    a.handle_message = spawn_cycle
+    await listening()
+    from gateway.platforms.base import ProcessingOutcome
+    from shim import _adapter
+    SIM('messages', {'conversationId': CHAT, 'text': 'runs before the stop'})
+    await until(lambda: len(cycles) == 1 and _adapter.INBOUND_SEEN)
+    event, key, cycle = cycles[0]
+    await a.on_processing_start(event)  # the cycle starts: the message is Hermes' now
+    await a.send(CHAT, 'the answer', reply_to=event.message_id)
+    await a.on_processing_complete(event, ProcessingOutcome.SUCCESS)
+    cycle.set_result(None)
+    SIM('messages', {'conversationId': CHAT, 'text': 'its cycle starts after the stop'})
+    await until(lambda: len(cycles) == 2 and len(_adapter.INBOUND_SEEN) == 2)
+    event, key, cycle = cycles[1]
+    runner._draining = True  # the stop begins before the spawned cycle starts
+    await a.on_processing_start(event)
+    await a.on_processing_complete(event, ProcessingOutcome.CANCELLED)
+    cycle.set_result(None)
+    await a.disconnect()
+    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process
+    b = cls(PlatformConfig(enabled=True))
+    async def restarted(event):
+        handed.append(['restarted', event.text])
+    b.handle_message = restarted
+    assert await b.connect(), b.fatal_error_message
+    # The stream replays in order: a wrong second hand-over of the first message comes first.
+    await until(lambda: len(handed) > 2)
+    await b.disconnect()
+    print(json.dumps({'handed': handed}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    assert_eq!(
+        reports(&out),
+        [
+            serde_json::json!({"handed": [["first", "runs before the stop"],
+                                       ["first", "its cycle starts after the stop"],
+                                       ["restarted", "its cycle starts after the stop"]]})
+        ],
+        "{out}"
+    );
+}
+
+/// A stopping runner answers a message it will not run with "⏳ Gateway is shutting down and
+/// is not accepting new work right now." as the cycle's answer. The shim marks that send
+/// `stop_notice` (only while the gateway stops, and only that text), so the daemon leaves the
+/// turn open in its durable inbox and the restarted gateway answers the message.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_runners_refusal_is_sent_as_a_stop_notice() {
+    let sim = sim().await;
+    let code = r#"
+async def main():
+    runner = type('Runner', (), {})()
+    runner._draining = False
+    runner._status_action_gerund = lambda: 'shutting down'
+    a = await connected()
+    a._runner = runner
+    sent = []
+    async def forward(kind, body):
+        sent.append([body['content'], body.get('stop_notice', False)])
+        return None
+    a._forward = forward
+    refusal = '⏳ Gateway is shutting down and is not accepting new work right now.'
+    await a.send(CHAT, refusal)
+    runner._draining = True
+    await a.send(CHAT, refusal)
+    await a.send(CHAT, 'An answer that mentions not accepting new work.')
+    await a.disconnect()
+    print(json.dumps({'sent': sent}))
+asyncio.run(main())
+"#;
+    let out = shim_python(&sim, code).await;
+    let refusal = "⏳ Gateway is shutting down and is not accepting new work right now.";
+    assert_eq!(
+        reports(&out),
+        [serde_json::json!({"sent": [[refusal, false], [refusal, true],
+                                     ["An answer that mentions not accepting new work.", false]]})],
+        "{out}"
+    );
+}
+
 /// hermes-host.md §19.3. The daemon's `RUST_LOG` decides what it writes to stderr; the shim
 /// forwards every line to `canon_hermes.daemon`. A DEBUG line forwarded at DEBUG would be dropped
 /// by Hermes' INFO loggers, so asking the daemon for debug output showed nothing; it is logged at

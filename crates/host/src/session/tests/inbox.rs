@@ -374,6 +374,72 @@ fn a_turn_the_stop_closed_stays_open_in_the_journal_until_its_final_is_stored() 
     );
 }
 
+/// A stop that begins between a turn's start and Hermes' run of its message has Hermes answer
+/// the message "⏳ Gateway is shutting down and is not accepting new work right now." instead
+/// of running it (the shim marks that send `stop_notice`). The notice is delivered as the
+/// turn's answer, yet it answers nothing: the turn stays open in the journal, so the restarted
+/// gateway's resume or next turn of the session answers the message. A real answer stored
+/// during the stop closes its turn there as before.
+#[test]
+fn a_stopping_gateways_refusal_as_the_answer_leaves_the_turn_open_in_the_journal() {
+    let mut daemon = Daemon::connected();
+    daemon.connect();
+    let mut stored_records = Vec::new();
+    for (n, conversation, content, stop_notice) in [
+        (
+            0,
+            "c1",
+            "⏳ Gateway is shutting down and is not accepting new work right now.",
+            true,
+        ),
+        (1, "c2", "The answer", false),
+    ] {
+        let start = turn_start_line(&format!("open-{n}"), conversation, Some("m-1"));
+        let _ = daemon.handle_effects(start);
+        let ctx = json!({"platform": "canon", "session_key": session_key(conversation),
+                         "chat_id": conversation});
+        // Hermes sends a cycle's answer with `notify` (its final, not previewed).
+        let mut body = json!({"chat_id": conversation, "content": content, "reply_to": "m-1",
+                              "metadata": {"notify": true}, "ctx": ctx});
+        if stop_notice {
+            body["stop_notice"] = json!(true);
+        }
+        let send = protocol::encode_request(&format!("s{n}"), "adapter.send", body);
+        let sent = daemon.handle_effects(SessionInput::Line(send.into_bytes()));
+        let closed = daemon.handle_effects(turn_complete_line(
+            &format!("t{n}"),
+            &format!("shim:open-{n}"),
+            conversation,
+            0,
+            true,
+        ));
+        assert_eq!(records(&closed), vec![], "the stop keeps the turn open");
+        let op = sent
+            .iter()
+            .chain(&closed)
+            .find_map(|e| match e {
+                SessionEffect::Canon(Effect::Deliver(d)) => Some(d.op),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("the answer goes out: {sent:?} {closed:?}"));
+        let stored = daemon.handle_effects(SessionInput::Delivered {
+            op,
+            result: Ok(Some(format!("m-answer-{n}"))),
+        });
+        stored_records.push(records(&stored));
+    }
+    assert_eq!(
+        stored_records,
+        vec![
+            vec![],
+            vec![Record::TurnClosed {
+                session_key: session_key("c2")
+            }]
+        ],
+        "the refusal leaves its turn open; the real answer closes its own"
+    );
+}
+
 #[test]
 fn a_message_hermes_queued_settles_when_its_turn_starts_and_not_at_a_gateway_stop() {
     let mut daemon = Daemon::connected();

@@ -127,6 +127,10 @@ def _remember_inbound(summary, seen):
             INBOUND_SEEN.popitem(last=False)
 
 
+
+class _GatewayStopping(Exception):
+    """The gateway began its stop while an inbound message was handed to it."""
+
 class CanonAdapter(BusySeam, BasePlatformAdapter):
     MAX_MESSAGE_LENGTH = LIMITS.get("max_message_length", MESSAGE_LIMIT)
     REQUIRES_EDIT_FINALIZE = True
@@ -377,9 +381,24 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     async def send(self, chat_id, content, reply_to=None, metadata=None):
         # One key per call of Hermes', kept across the resend of `_forward` (hermes-host.md §19.6).
-        return await self._forward("adapter.send", {
-            "chat_id": chat_id, "content": content, "reply_to": reply_to,
-            "metadata": metadata, "ctx": turn_ctx(), "send_key": secrets.token_hex(16)})
+        body = {"chat_id": chat_id, "content": content, "reply_to": reply_to,
+                "metadata": metadata, "ctx": turn_ctx(), "send_key": secrets.token_hex(16)}
+        if self._stop_notice(content):
+            body["stop_notice"] = True
+        return await self._forward("adapter.send", body)
+
+    def _stop_notice(self, content):
+        """Whether `content` is a stopping runner's refusal of a message ("⏳ Gateway is shutting
+        down and is not accepting new work right now."): it answers nothing, and the message
+        waits for the restarted gateway."""
+        if not isinstance(content, str) or not self._gateway_stopping():
+            return False
+        runner = getattr(self, "gateway_runner", None) or self._runner
+        try:
+            doing = runner._status_action_gerund()
+        except Exception:
+            return False
+        return content.strip().startswith("⏳ Gateway is %s and is not accepting " % doing)
 
     async def _media(self, op, chat_id, caption, reply_to, metadata, kwargs, **fields):
         # hermes-host.md §19.6: the daemon reads the file (same user) and uploads it.
@@ -593,15 +612,13 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     async def _dispatch(self, d, kind, rid, body):
         if kind == "inbound.message" and rid and self._gateway_stopping():
-            # A stopping runner answers a busy session "shutting down" and drops the message,
-            # and drops its queues at exit: Hermes would never run it. Refused as retryable,
-            # its frame stays unsettled and the restarted gateway's stream replays it.
-            log.info("canon-hermes: an inbound message waits for the gateway's restart (it is stopping)")
-            d.respond(rid, kind, error={"code": NOT_CONNECTED, "message": "the gateway is stopping",
-                                        "retryable": True})
+            self._refuse_while_stopping(d, rid, kind)
             return
         try:
             result = await self._handle(kind, body)
+        except _GatewayStopping:
+            self._refuse_while_stopping(d, rid, kind)
+            return
         except Exception as exc:
             log.exception("canon-hermes: %s failed", kind)
             if rid:
@@ -611,6 +628,17 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             d.respond(rid, kind, error={"code": UNKNOWN_TYPE, "message": kind, "retryable": False})
         elif rid:
             d.respond(rid, kind, result)
+
+    @staticmethod
+    def _refuse_while_stopping(d, rid, kind):
+        """A stopping runner answers a message "not accepting" and drops it (a busy session's at
+        once, a free session's when its cycle reaches the runner), and drops its queues at exit:
+        Hermes never runs it. Refused as retryable, its frame stays unsettled and the restarted
+        gateway's stream replays it."""
+        log.info("canon-hermes: an inbound message waits for the gateway's restart (it is stopping)")
+        if rid:
+            d.respond(rid, kind, error={"code": NOT_CONNECTED, "message": "the gateway is stopping",
+                                        "retryable": True})
 
     async def _handle(self, kind, body):
         if kind == "inbound.message":
@@ -630,15 +658,28 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             # Handed back in `turn.start`, `turn.accepted` and `resync` (hermes-host.md §19.6);
             # a secret: never logged.
             event._canon_authority = body.get("reply_authority")
+            key = self._key(event.source)
+            cycle_before = self._session_tasks.get(key)
             await self.handle_message(event)
             key = self._key(event.source)
+            waiting = self._waiting(key, self._ref(event)) is not None or self._restore_noop(event)
+            if not waiting and self._gateway_stopping():
+                # The stop began while the message was on its way in (the media cache and
+                # Hermes' topic hook yield to the loop): the runner has dropped it or will.
+                raise _GatewayStopping()
             _remember_inbound(body.get("event"), (key, self._ref(event)))
             # A message Hermes queued behind a running turn is not handled yet: a gateway stop
             # discards its queue, so the daemon keeps the frame unsettled (replayed after the
             # restart) until the message's turn starts. During the startup restore the runner
             # queues every message in a task of its own that has not run yet when
             # `handle_message` returns, so the restore itself says the message waits.
-            if self._waiting(key, self._ref(event)) is not None or self._restore_noop(event):
+            if waiting:
+                return {"accepted": True, "queued": True, "session_key": key}
+            # A free session's message runs in a processing cycle Hermes just spawned and that
+            # has not started yet; a stop before its start answers it "not accepting" instead
+            # of running it. So it settles when its turn starts, like a queued one.
+            cycle = self._session_tasks.get(key)
+            if cycle is not None and cycle is not cycle_before and not cycle.done():
                 return {"accepted": True, "queued": True, "session_key": key}
             return {"accepted": True}
         if kind == "control.signal":
