@@ -760,11 +760,6 @@ impl Session {
                     .and_then(requests::send_key)
                     .unwrap_or(random);
                 let metadata = send.metadata.unwrap_or_default();
-                if send.stop_notice {
-                    if let Some(key) = &send.ctx.session_key {
-                        self.inbox_stop_notice(key);
-                    }
-                }
                 let mut closed = None;
                 let reply_to = match send.reply_to {
                     None if send.ctx.session_key.is_none()
@@ -792,6 +787,7 @@ impl Session {
                         reply_to,
                         metadata,
                         random,
+                        stop_notice: send.stop_notice,
                     }),
                     now_ms,
                 );

@@ -945,6 +945,22 @@ impl TurnMachine {
             }
         }
         let config = self.config;
+        if send.stop_notice {
+            // A stopping gateway's refusal of the message ("⏳ Gateway is shutting down and is
+            // not accepting new work right now."): Hermes ran nothing, and the durable inbox
+            // hands the message to the restarted gateway. Posting the refusal would tell the
+            // person their message was dropped, make it the turn's `turn_complete`, and spend
+            // the message's reply authority, which the real answer after the restart needs.
+            let turn_id = self
+                .open_turn_mut(send.session_key.as_deref(), &send.conversation_id)
+                .map(|t| t.id.clone())
+                .unwrap_or_default();
+            out.push(reply(
+                send.request,
+                HostReply::Send(SendOutcome::SuppressedAuxiliary { turn_id }),
+            ));
+            return;
+        }
         if replies_to_control_event(&send) {
             // Hermes answers a Canon stop/new signal with a command reply
             // ("⚡ Stopped…"). The human pressed the control in Canon, which

@@ -686,8 +686,8 @@ asyncio.run(main())
 
 /// A stopping runner answers a message it will not run with "⏳ Gateway is shutting down and
 /// is not accepting new work right now." as the cycle's answer. The shim marks that send
-/// `stop_notice` (only while the gateway stops, and only that text), so the daemon leaves the
-/// turn open in its durable inbox and the restarted gateway answers the message.
+/// `stop_notice` (only while the gateway stops, and only that text), so the daemon does not post
+/// it, and the restarted gateway answers the message.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stopping_runners_refusal_is_sent_as_a_stop_notice() {
     let sim = sim().await;
@@ -716,8 +716,10 @@ asyncio.run(main())
     let refusal = "⏳ Gateway is shutting down and is not accepting new work right now.";
     assert_eq!(
         reports(&out),
-        [serde_json::json!({"sent": [[refusal, false], [refusal, true],
-                                     ["An answer that mentions not accepting new work.", false]]})],
+        [
+            serde_json::json!({"sent": [[refusal, false], [refusal, true],
+                                     ["An answer that mentions not accepting new work.", false]]})
+        ],
         "{out}"
     );
 }

@@ -171,9 +171,8 @@ pub struct AdapterSend {
     /// (turns.md §4.6). Absent or malformed: a fresh group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_key: Option<String>,
-    /// The text is a stopping gateway's refusal of the turn's message ("not accepting new
-    /// work"): delivered as the turn's answer, yet it answers nothing, so the turn stays open in
-    /// the durable inbox for the restarted gateway.
+    /// The text is a stopping gateway's refusal of a message ("not accepting new work"): not
+    /// posted, since Hermes ran nothing and the restarted gateway answers the message.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_notice: bool,
 }

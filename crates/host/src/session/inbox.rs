@@ -96,9 +96,6 @@ pub(crate) struct InboxState {
     /// The Canon turns a predecessor told Canon were open and never closed, until a fresh
     /// connect closes them.
     abandoned: Vec<AbandonedTurn>,
-    /// Sessions whose running turn answered with a stopping gateway's refusal ("not accepting
-    /// new work"): that final answers nothing, so it leaves the session's open turn open.
-    stop_noticed: HashSet<String>,
 }
 
 impl InboxState {
@@ -451,14 +448,6 @@ impl Session {
         session_key: &str,
         trigger_message_id: Option<String>,
     ) -> Vec<SessionEffect> {
-        if self.inbox.stop_noticed.remove(session_key) {
-            tracing::info!(
-                session_key,
-                "the turn's answer is the stopping gateway's refusal; its messages wait for the \
-                 restarted gateway"
-            );
-            return Vec::new();
-        }
         let answers_open = trigger_message_id.is_some_and(|trigger| {
             self.inbox
                 .open
@@ -504,14 +493,6 @@ impl Session {
             session_key: session,
         }]);
         Some((reply_to, closed))
-    }
-
-    /// The session's running turn sends a stopping gateway's refusal of its message as its
-    /// answer (Hermes ran nothing): when that final is stored, the turn the journal holds open
-    /// for the session stays open, so the restarted gateway's resume or next turn of the
-    /// session answers its messages.
-    pub(super) fn inbox_stop_notice(&mut self, session_key: &str) {
-        self.inbox.stop_noticed.insert(session_key.to_owned());
     }
 
     /// What a send of session `session_key` that names no message replies to: while the

@@ -317,6 +317,9 @@ pub struct HostSend {
     /// (turns.md §4.6). The driver draws a new value for every call, so
     /// two sends never share ids.
     pub random: u128,
+    /// The text is a stopping gateway's refusal of the message ("not accepting new work"):
+    /// Hermes ran nothing, and the message is answered after the restart.
+    pub stop_notice: bool,
 }
 
 /// `adapter.edit` (turns.md §7.3 E2–E3, §7.6).

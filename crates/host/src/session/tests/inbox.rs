@@ -376,15 +376,16 @@ fn a_turn_the_stop_closed_stays_open_in_the_journal_until_its_final_is_stored() 
 
 /// A stop that begins between a turn's start and Hermes' run of its message has Hermes answer
 /// the message "⏳ Gateway is shutting down and is not accepting new work right now." instead
-/// of running it (the shim marks that send `stop_notice`). The notice is delivered as the
-/// turn's answer, yet it answers nothing: the turn stays open in the journal, so the restarted
-/// gateway's resume or next turn of the session answers the message. A real answer stored
-/// during the stop closes its turn there as before.
+/// of running it (the shim marks that send `stop_notice`). The refusal is not posted: it would
+/// become the turn's `turn_complete` and spend the message's reply authority, which the real
+/// answer after the restart needs. The turn stays open in the journal, so the restarted
+/// gateway's resume or next turn of the session answers the message. A real answer sent during
+/// the stop is delivered and closes its turn there as before.
 #[test]
-fn a_stopping_gateways_refusal_as_the_answer_leaves_the_turn_open_in_the_journal() {
+fn a_stopping_gateways_refusal_is_not_posted_and_leaves_the_turn_open() {
     let mut daemon = Daemon::connected();
     daemon.connect();
-    let mut stored_records = Vec::new();
+    let mut outcomes = Vec::new();
     for (n, conversation, content, stop_notice) in [
         (
             0,
@@ -414,29 +415,27 @@ fn a_stopping_gateways_refusal_as_the_answer_leaves_the_turn_open_in_the_journal
             true,
         ));
         assert_eq!(records(&closed), vec![], "the stop keeps the turn open");
-        let op = sent
-            .iter()
-            .chain(&closed)
-            .find_map(|e| match e {
-                SessionEffect::Canon(Effect::Deliver(d)) => Some(d.op),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("the answer goes out: {sent:?} {closed:?}"));
-        let stored = daemon.handle_effects(SessionInput::Delivered {
-            op,
-            result: Ok(Some(format!("m-answer-{n}"))),
+        let op = sent.iter().chain(&closed).find_map(|e| match e {
+            SessionEffect::Canon(Effect::Deliver(d)) => Some(d.op),
+            _ => None,
         });
-        stored_records.push(records(&stored));
+        let stored = op.map(|op| {
+            records(&daemon.handle_effects(SessionInput::Delivered {
+                op,
+                result: Ok(Some(format!("m-answer-{n}"))),
+            }))
+        });
+        outcomes.push(stored);
     }
     assert_eq!(
-        stored_records,
+        outcomes,
         vec![
-            vec![],
-            vec![Record::TurnClosed {
+            None,
+            Some(vec![Record::TurnClosed {
                 session_key: session_key("c2")
-            }]
+            }])
         ],
-        "the refusal leaves its turn open; the real answer closes its own"
+        "the refusal is not posted and leaves its turn open; the real answer closes its own"
     );
 }
 

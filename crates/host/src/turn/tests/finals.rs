@@ -298,6 +298,7 @@ fn reply_to_a_control_event_is_never_written() {
         reply_to: Some("canon-control:interrupt:1796010678.17".to_owned()),
         metadata: meta(json!({"notify": true})),
         random: rand(9),
+        stop_notice: false,
     });
     let after_turn = Input::Send(HostSend {
         request: RequestId(5),
@@ -309,6 +310,7 @@ fn reply_to_a_control_event_is_never_written() {
             json!({"notify": true, "reply_to_message_id": "canon-control:new_session:1.0"}),
         ),
         random: rand(10),
+        stop_notice: false,
     });
     check(vec![
         (
@@ -359,6 +361,7 @@ fn a_stopped_turn_closes_interrupted_even_when_hermes_reports_success() {
             reply_to: Some(format!("canon-control:{signal}:1796010678.17")),
             metadata: meta(json!({"notify": true})),
             random: rand(9),
+            stop_notice: false,
         })
     };
     check(vec![

@@ -45,6 +45,7 @@ fn send_replying(
         reply_to: reply_to.filter(|_| !in_metadata).map(str::to_owned),
         metadata: meta(metadata),
         random: rand(9),
+        stop_notice: false,
     })
 }
 

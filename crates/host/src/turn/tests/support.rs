@@ -301,6 +301,7 @@ pub(super) fn send_with(
         reply_to: Some("m1".to_owned()),
         metadata: meta(metadata),
         random: rand(9),
+        stop_notice: false,
     })
 }
 

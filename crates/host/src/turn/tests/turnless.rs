@@ -21,6 +21,7 @@ fn turnless_send(request: u64, content: &str, metadata: Value, random: u128) -> 
         reply_to: None,
         metadata: meta(metadata),
         random,
+        stop_notice: false,
     })
 }
 
