@@ -762,6 +762,8 @@ impl Session {
                 let metadata = send.metadata.unwrap_or_default();
                 let mut closed = None;
                 let reply_to = match send.reply_to {
+                    // A stopping gateway's refusal is not posted: it claims nothing.
+                    None if send.stop_notice => None,
                     None if send.ctx.session_key.is_none()
                         && !metadata.contains_key("reply_to_message_id") =>
                     {

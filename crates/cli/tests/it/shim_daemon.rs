@@ -686,8 +686,9 @@ asyncio.run(main())
 
 /// A stopping runner answers a message it will not run with "⏳ Gateway is shutting down and
 /// is not accepting new work right now." as the cycle's answer. The shim marks that send
-/// `stop_notice` (only while the gateway stops, and only that text), so the daemon does not post
-/// it, and the restarted gateway answers the message.
+/// `stop_notice` (only while the gateway stops, and only that text; or behind the "♻️ Recovered
+/// reply" marker of the restarted gateway's redelivery of it), so the daemon does not post it,
+/// and the restarted gateway answers the message.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stopping_runners_refusal_is_sent_as_a_stop_notice() {
     let sim = sim().await;
@@ -708,17 +709,25 @@ async def main():
     runner._draining = True
     await a.send(CHAT, refusal)
     await a.send(CHAT, 'An answer that mentions not accepting new work.')
+    runner._draining = False  # the restarted gateway redelivers from its delivery ledger
+    from gateway.delivery_ledger import RECOVERED_MARKER
+    await a.send(CHAT, RECOVERED_MARKER + refusal)
+    await a.send(CHAT, RECOVERED_MARKER + 'The answer.')
     await a.disconnect()
     print(json.dumps({'sent': sent}))
 asyncio.run(main())
 "#;
     let out = shim_python(&sim, code).await;
     let refusal = "⏳ Gateway is shutting down and is not accepting new work right now.";
+    const RECOVERED: &str = "♻️ Recovered reply — the gateway restarted during delivery, so this \
+                             may be a duplicate:\n\n";
     assert_eq!(
         reports(&out),
         [
             serde_json::json!({"sent": [[refusal, false], [refusal, true],
-                                     ["An answer that mentions not accepting new work.", false]]})
+                                     ["An answer that mentions not accepting new work.", false],
+                                     [format!("{RECOVERED}{refusal}"), true],
+                                     [format!("{RECOVERED}The answer."), false]]})
         ],
         "{out}"
     );

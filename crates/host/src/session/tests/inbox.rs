@@ -529,6 +529,45 @@ fn an_answer_redelivered_after_a_restart_replies_to_its_interrupted_turns_messag
     assert!(!second.contains("m-7"), "{second}");
 }
 
+/// The restarted gateway redelivers from Hermes' delivery ledger a refusal its stop kept from
+/// Canon ("♻️ Recovered reply — …:\n\n⏳ Gateway is shutting down and is not accepting new work
+/// right now.", marked `stop_notice` by the shim). It answers nothing: it is not posted, and it
+/// does not claim the turn a predecessor left open, whose message the resume or the next turn
+/// answers; a real redelivered answer after it still does.
+#[test]
+fn a_redelivered_refusal_does_not_claim_the_interrupted_turn() {
+    let mut daemon = inheriting(&[("c1", "m-7")]);
+    let send = |id: &str, content: &str, stop_notice: bool| {
+        SessionInput::Line(
+            protocol::encode_request(
+                id,
+                "adapter.send",
+                json!({"chat_id": "c1", "content": content, "reply_to": null,
+                       "metadata": null, "ctx": {}, "stop_notice": stop_notice}),
+            )
+            .into_bytes(),
+        )
+    };
+    let delivered = |effects: &[SessionEffect]| {
+        effects.iter().find_map(|e| match e {
+            SessionEffect::Canon(Effect::Deliver(delivery)) => Some(format!("{delivery:?}")),
+            _ => None,
+        })
+    };
+    let refusal = daemon.handle_effects(send(
+        "s1",
+        "♻️ Recovered reply — the gateway restarted during delivery, so this may be a \
+         duplicate:\n\n⏳ Gateway is shutting down and is not accepting new work right now.",
+        true,
+    ));
+    assert_eq!((delivered(&refusal), records(&refusal)), (None, vec![]));
+    let answer = daemon.handle_effects(send("s2", "The answer.", false));
+    assert!(
+        delivered(&answer).is_some_and(|d| d.contains("\"m-7\"")),
+        "{answer:?}"
+    );
+}
+
 #[test]
 fn a_message_the_shim_could_not_hand_to_hermes_stays_unsettled() {
     // During a gateway stop the adapter is gone and the shim answers `not_connected`: Hermes

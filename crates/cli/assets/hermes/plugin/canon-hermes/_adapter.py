@@ -18,6 +18,7 @@ import itertools
 import logging
 import mimetypes
 import os
+import re
 import secrets
 import threading
 import time
@@ -126,6 +127,15 @@ def _remember_inbound(summary, seen):
         while len(INBOUND_SEEN) > INBOUND_SEEN_CAP:
             INBOUND_SEEN.popitem(last=False)
 
+
+
+# A stopping Hermes runner's refusal of a message it will not run (`GatewayRunner`, busy and
+# free sessions), and the prefix its delivery ledger puts on a reply it redelivers after a
+# restart (`gateway.delivery_ledger.RECOVERED_MARKER`).
+STOP_REFUSAL = re.compile(
+    r"⏳ Gateway is (?:shutting down|restarting) and is not accepting (?:new work|another turn) "
+    r"right now\.")
+RECOVERED_MARKER = "♻️ Recovered reply — the gateway restarted during delivery, so this may be a duplicate:"
 
 
 class _GatewayStopping(Exception):
@@ -389,16 +399,15 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
 
     def _stop_notice(self, content):
         """Whether `content` is a stopping runner's refusal of a message ("⏳ Gateway is shutting
-        down and is not accepting new work right now."): it answers nothing, and the message
-        waits for the restarted gateway."""
-        if not isinstance(content, str) or not self._gateway_stopping():
+        down and is not accepting new work right now."), sent while the gateway stops or
+        redelivered by the restarted one from Hermes' delivery ledger (behind its "♻️ Recovered
+        reply" marker): it answers nothing, and the message waits for the restarted gateway."""
+        if not isinstance(content, str):
             return False
-        runner = getattr(self, "gateway_runner", None) or self._runner
-        try:
-            doing = runner._status_action_gerund()
-        except Exception:
-            return False
-        return content.strip().startswith("⏳ Gateway is %s and is not accepting " % doing)
+        text = content.strip()
+        if text.startswith(RECOVERED_MARKER.strip()):
+            return STOP_REFUSAL.fullmatch(text[len(RECOVERED_MARKER.strip()):].strip()) is not None
+        return self._gateway_stopping() and STOP_REFUSAL.fullmatch(text) is not None
 
     async def _media(self, op, chat_id, caption, reply_to, metadata, kwargs, **fields):
         # hermes-host.md §19.6: the daemon reads the file (same user) and uploads it.
