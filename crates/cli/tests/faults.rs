@@ -12,7 +12,9 @@
 //! When the plan is done and the agent went quiet, the harness counts from the simulator's
 //! state and journal (never by sleeping on a guess):
 //! - **lost**: human messages no agent `turn_complete` covers (by `replyTo` or by the closing
-//!   turn's active message ids);
+//!   turn's active message ids); a stopping gateway's notice ("⏳ Gateway is shutting down and
+//!   is not accepting new work right now.") is no answer: the message must still be answered
+//!   after the restart;
 //! - **answered twice**: human messages more than one `turn_complete` covers;
 //! - **merged**: finals that carry the answers of two messages (a turn that streamed into the
 //!   next one's bubble);
@@ -400,6 +402,25 @@ fn turns_in(s: &State) -> Turns {
     out
 }
 
+/// Whether `text` is one of Hermes' own notices about its stop or restart (the refusal of a
+/// stopping runner, or the warning to chats whose turns the stop cuts off): no answer to a
+/// message.
+fn is_gateway_notice(text: &str) -> bool {
+    let text = without_recovered_marker(text).trim_start();
+    text.starts_with("⏳ Gateway") || text.starts_with("⚠️ Gateway")
+}
+
+/// `text` without the marker Hermes puts before an answer it redelivers after a restart from
+/// its delivery ledger ("♻️ Recovered reply — the gateway restarted during delivery, so this
+/// may be a duplicate:" and a blank line): the answer itself is what is judged.
+fn without_recovered_marker(text: &str) -> &str {
+    const MARKER: &str =
+        "♻️ Recovered reply — the gateway restarted during delivery, so this may be a duplicate:";
+    text.trim_start()
+        .strip_prefix(MARKER)
+        .map_or(text, str::trim_start)
+}
+
 /// What the run injected and caused, for the figures.
 #[derive(Debug, Default)]
 struct Caused {
@@ -463,7 +484,10 @@ impl Run {
             (finals_in(s), turns_in(s), durable)
         });
         let mut v = Verdict::default();
-        let human_finals: Vec<&Final> = finals.iter().filter(|f| f.text != WAKE_ANSWER).collect();
+        let human_finals: Vec<&Final> = finals
+            .iter()
+            .filter(|f| f.text != WAKE_ANSWER && !is_gateway_notice(&f.text))
+            .collect();
         for h in humans {
             let covering: Vec<&&Final> = human_finals
                 .iter()
@@ -496,7 +520,7 @@ impl Run {
         }
         for f in &human_finals {
             // Hermes starts the text after a tool call with a paragraph break.
-            let text = f.text.trim();
+            let text = without_recovered_marker(&f.text).trim();
             if text.matches("Answer ").count() > 1
                 || (text.contains(ASKED_ANSWER) && text != ASKED_ANSWER)
             {
