@@ -71,6 +71,23 @@ async def listening():
     while SIM('state')['openStreams'] == 0:
         assert time.monotonic() < deadline, 'the event stream never opened'
         await asyncio.sleep(0.05)
+
+async def restarted(a, handed, count):
+    """Stops adapter `a` and starts a new one as a restarted gateway would (a new process: the
+    shim's memory of inbound messages is gone), appending `['restarted', text]` to `handed` for
+    each message its daemon hands over, until `handed` holds `count` entries."""
+    from shim import _adapter
+    await a.disconnect()
+    _adapter.INBOUND_SEEN.clear()
+    b = cls(PlatformConfig(enabled=True))
+    async def take(event):
+        handed.append(['restarted', event.text])
+    b.handle_message = take
+    assert await b.connect(), b.fatal_error_message
+    deadline = time.monotonic() + 20
+    while len(handed) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await b.disconnect()
 "#;
 
 /// Runs `code` in the venv's Python with the shim installed (as `canon-hermes install` does) in
@@ -536,15 +553,7 @@ async def main():
     await a.on_processing_start(event)
     from gateway.platforms.base import ProcessingOutcome
     await a.on_processing_complete(event, ProcessingOutcome.CANCELLED)
-    await a.disconnect()
-    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process
-    b = cls(PlatformConfig(enabled=True))
-    async def restarted(event):
-        handed.append(['restarted', event.text])
-    b.handle_message = restarted
-    assert await b.connect(), b.fatal_error_message
-    await until(lambda: len(handed) > 1)
-    await b.disconnect()
+    await restarted(a, handed, 2)
     print(json.dumps({'handed': handed}))
 asyncio.run(main())
 "#;
@@ -591,15 +600,7 @@ async def main():
     await until(lambda: handed)
     from shim import _adapter
     remembered = len(_adapter.INBOUND_SEEN)
-    await a.disconnect()
-    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process
-    b = cls(PlatformConfig(enabled=True))
-    async def restarted(event):
-        handed.append(['restarted', event.text])
-    b.handle_message = restarted
-    assert await b.connect(), b.fatal_error_message
-    await until(lambda: len(handed) > 1)
-    await b.disconnect()
+    await restarted(a, handed, 2)
     print(json.dumps({'handed': handed, 'remembered': remembered}))
 asyncio.run(main())
 "#;
@@ -659,16 +660,8 @@ async def main():
     await a.on_processing_start(event)
     await a.on_processing_complete(event, ProcessingOutcome.CANCELLED)
     cycle.set_result(None)
-    await a.disconnect()
-    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process
-    b = cls(PlatformConfig(enabled=True))
-    async def restarted(event):
-        handed.append(['restarted', event.text])
-    b.handle_message = restarted
-    assert await b.connect(), b.fatal_error_message
     # The stream replays in order: a wrong second hand-over of the first message comes first.
-    await until(lambda: len(handed) > 2)
-    await b.disconnect()
+    await restarted(a, handed, 3)
     print(json.dumps({'handed': handed}))
 asyncio.run(main())
 "#;
