@@ -490,16 +490,8 @@ async def main():
     await until(lambda: handed)
     await asyncio.sleep(0)  # the runner's task has queued the event
     depth = a._depth(a._key(runner._startup_restore_queue[0].source))
-    await a.disconnect()  # the gateway stops; its restore queue dies with it
-    from shim import _adapter
-    _adapter.INBOUND_SEEN.clear()  # the restarted gateway is a new process: it saw nothing yet
-    b = cls(PlatformConfig(enabled=True))
-    async def restarted(event):
-        handed.append(['restarted', event.text])
-    b.handle_message = restarted
-    assert await b.connect(), b.fatal_error_message
-    await until(lambda: len(handed) > 1)
-    await b.disconnect()
+    # The gateway stops (its restore queue dies with it) and starts again.
+    await restarted(a, handed, 2)
     print(json.dumps({'handed': handed, 'depth': depth}))
 asyncio.run(main())
 "#;

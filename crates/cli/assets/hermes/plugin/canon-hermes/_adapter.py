@@ -128,7 +128,6 @@ def _remember_inbound(summary, seen):
             INBOUND_SEEN.popitem(last=False)
 
 
-
 # A stopping Hermes runner's refusal of a message it will not run (`GatewayRunner`, busy and
 # free sessions), and the prefix its delivery ledger puts on a reply it redelivers after a
 # restart (`gateway.delivery_ledger.RECOVERED_MARKER`).
@@ -140,6 +139,7 @@ RECOVERED_MARKER = "♻️ Recovered reply — the gateway restarted during deli
 
 class _GatewayStopping(Exception):
     """The gateway began its stop while an inbound message was handed to it."""
+
 
 class CanonAdapter(BusySeam, BasePlatformAdapter):
     MAX_MESSAGE_LENGTH = LIMITS.get("max_message_length", MESSAGE_LIMIT)
@@ -667,10 +667,9 @@ class CanonAdapter(BusySeam, BasePlatformAdapter):
             # Handed back in `turn.start`, `turn.accepted` and `resync` (hermes-host.md §19.6);
             # a secret: never logged.
             event._canon_authority = body.get("reply_authority")
-            key = self._key(event.source)
-            cycle_before = self._session_tasks.get(key)
+            cycle_before = self._session_tasks.get(self._key(event.source))
             await self.handle_message(event)
-            key = self._key(event.source)
+            key = self._key(event.source)  # Hermes' topic hook may have rewritten the source
             waiting = self._waiting(key, self._ref(event)) is not None or self._restore_noop(event)
             if not waiting and self._gateway_stopping():
                 # The stop began while the message was on its way in (the media cache and
